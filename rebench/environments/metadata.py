@@ -1,0 +1,116 @@
+"""The `environment.toml` schema, validated by pydantic.
+
+A malformed file is a user error, so loading it gives one line naming the file,
+the field and what is allowed instead of a pydantic traceback.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rebench.errors import ConfigError
+
+METADATA_FILE = "environment.toml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What one attempt needs; the scheduler leases these, the sandbox enforces them."""
+
+    gpus: int = Field(0, ge=0)
+    cpus: float = Field(1.0, gt=0)
+    memory_gb: float = Field(2.0, gt=0)
+    gpu_memory_gb: float | None = Field(None, gt=0)
+
+
+class Anchors(_Strict):
+    """Raw scores of the starting and reference solutions; normalization maps them to 0 and 1."""
+
+    start: float
+    reference: float
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Anchors:
+        if self.start == self.reference:
+            raise ValueError("start and reference must differ (normalization divides by their difference)")
+        return self
+
+
+class Profile(_Strict):
+    """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
+
+    description: str = ""
+    hardware: str = ""
+    resources: Resources = Resources()
+    direction: Literal["lower", "higher"]
+    final_score: Literal["best", "last"]
+    score_timeout_s: float = Field(600, gt=0)
+    score_visible: bool = True
+    network: bool = False
+    anchors: Anchors
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvironmentMetadata(_Strict):
+    """Everything the harness needs to know about an environment folder."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    version: str
+    summary: str
+    metr_task_family: str | None = None
+    profiles: dict[str, Profile]
+
+    @field_validator("profiles")
+    @classmethod
+    def _has_profiles(cls, value: dict[str, Profile]) -> dict[str, Profile]:
+        if not value:
+            raise ValueError("at least one profile is required, e.g. [profiles.tiny]")
+        return value
+
+    @property
+    def best_of_k(self) -> Literal["max", "mean"]:
+        """How best-of-k picks among attempts: the agent cannot choose its best
+        attempt when the score is hidden, so it is a random pick (the mean)."""
+        return "max" if all(p.score_visible for p in self.profiles.values()) else "mean"
+
+    def profile(self, name: str) -> Profile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            allowed = ", ".join(sorted(self.profiles))
+            raise ConfigError(f"environment {self.name!r} has no profile {name!r}; allowed: {allowed}") from None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    location = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif error["type"] == "literal_error":
+        message = f"got {error.get('input')!r}; {message.lower()}"
+    return f"field {location}: {message}"
+
+
+def load_metadata(path: Path) -> EnvironmentMetadata:
+    """Read and validate one `environment.toml`; raise ConfigError with one clear line."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return EnvironmentMetadata.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{path}: {_describe(first)}{more}") from None

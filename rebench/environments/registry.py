@@ -1,0 +1,166 @@
+"""Finding environment folders and the files inside them.
+
+Folder layout (every part but the metadata and scoring is optional):
+
+    environment.toml     metadata (see metadata.py)
+    instructions.md      what the agent is told; `${name}` placeholders are filled
+                         from the profile's params and the sandbox paths
+    workspace/           the starting solution, copied to the solution folder
+    home/                read-only files copied into the agent's home
+    scoring/score.py     the scoring program, defining `score(ctx) -> dict`;
+                         copied read-only into the agent's home (visible, as in RE-Bench)
+    protected/           held-out files, copied to the protected folder
+    build.py             `python build.py --profile P --out DIR` generates assets into
+                         DIR/home and DIR/protected (tiny corpora, small models, ...)
+    reference/           the reference solution, laid over the workspace by the
+                         `reference` agent only; never copied into an attempt otherwise
+    requirements.txt     Python requirements of the environment's code
+    tests/               the environment's own tests
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from rebench.environments.metadata import METADATA_FILE, EnvironmentMetadata, Profile, load_metadata
+from rebench.errors import ConfigError, EnvironmentNotFound
+from rebench.sandbox.base import SandboxPaths
+
+_HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
+
+
+def default_environments_dir() -> Path:
+    """`REBENCH_ENVIRONMENTS` if set, else the `environments/` folder of this checkout."""
+    override = os.environ.get("REBENCH_ENVIRONMENTS")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "environments"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """An environment folder with its validated metadata."""
+
+    root: Path
+    metadata: EnvironmentMetadata
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def version(self) -> str:
+        return self.metadata.version
+
+    def profile(self, name: str) -> Profile:
+        return self.metadata.profile(name)
+
+    def part(self, name: str) -> Path | None:
+        path = self.root / name
+        return path if path.exists() else None
+
+    @property
+    def workspace_dir(self) -> Path | None:
+        return self.part("workspace")
+
+    @property
+    def home_dir(self) -> Path | None:
+        return self.part("home")
+
+    @property
+    def scoring_dir(self) -> Path:
+        path = self.root / "scoring"
+        if not (path / "score.py").is_file():
+            raise ConfigError(f"{self.root}: scoring/score.py is missing")
+        return path
+
+    @property
+    def protected_dir(self) -> Path | None:
+        return self.part("protected")
+
+    @property
+    def reference_dir(self) -> Path | None:
+        return self.part("reference")
+
+    @property
+    def build_script(self) -> Path | None:
+        return self.part("build.py")
+
+    @property
+    def requirements(self) -> Path | None:
+        return self.part("requirements.txt")
+
+    def score_params(self, profile: str) -> dict[str, object]:
+        """Parameters handed to score.py: the profile's params plus its name and timeout."""
+        spec = self.profile(profile)
+        return {
+            **spec.params,
+            "profile": profile,
+            "environment": self.name,
+            "version": self.version,
+            "score_timeout_s": spec.score_timeout_s,
+        }
+
+    def instructions(self, profile: str, paths: SandboxPaths) -> str:
+        """The agent-facing task text with profile values and paths filled in."""
+        source = self.root / "instructions.md"
+        if not source.is_file():
+            raise ConfigError(f"{self.root}: instructions.md is missing")
+        spec = self.profile(profile)
+        values: dict[str, object] = {
+            **{k: v for k, v in spec.params.items()},
+            "home": paths.home,
+            "solution": paths.solution,
+            "protected": paths.protected,
+            "profile": profile,
+            "score_timeout_s": int(spec.score_timeout_s),
+            "direction": "lower" if spec.direction == "lower" else "higher",
+        }
+        try:
+            return Template(source.read_text(encoding="utf-8")).substitute(values)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{source}: placeholder {exc} has no value in profile {profile!r}") from None
+
+    def content_hash(self, profile: str, extra: bytes = b"") -> str:
+        """A stable hash of the folder (minus tests and caches) and the profile,
+        so built assets and images are reused only while nothing changed."""
+        digest = hashlib.sha256()
+        digest.update(profile.encode())
+        digest.update(extra)
+        for path in sorted(self.root.rglob("*")):
+            if any(part in _HASH_SKIP for part in path.relative_to(self.root).parts) or not path.is_file():
+                continue
+            digest.update(str(path.relative_to(self.root)).encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+class EnvironmentRegistry:
+    """Discovers environments in a folder; no global state, one registry per caller."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or default_environments_dir()
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / METADATA_FILE).is_file())
+
+    def get(self, name: str) -> Environment:
+        folder = self.root / name
+        if not (folder / METADATA_FILE).is_file():
+            allowed = ", ".join(self.names()) or "(none found)"
+            raise EnvironmentNotFound(f"unknown environment {name!r}; allowed: {allowed}")
+        metadata = load_metadata(folder / METADATA_FILE)
+        if metadata.name != name:
+            raise ConfigError(
+                f"{folder / METADATA_FILE}: field name: {metadata.name!r} must match the folder name {name!r}"
+            )
+        return Environment(root=folder, metadata=metadata)
+
+    def all(self) -> list[Environment]:
+        return [self.get(name) for name in self.names()]

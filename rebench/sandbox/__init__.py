@@ -1,0 +1,5 @@
+"""Sandboxes: where an attempt's commands run (local directory, Docker container, ...)."""
+
+from rebench.sandbox.base import ExecResult, Sandbox, SandboxPaths, SandboxSpec, User
+
+__all__ = ["ExecResult", "Sandbox", "SandboxPaths", "SandboxSpec", "User"]

@@ -1,0 +1,41 @@
+"""Final score of an attempt and normalization to the 0 = start, 1 = reference scale.
+
+Raw scores are stored; normalization happens at read time from the anchors of the
+environment version and profile, so a change of anchors never rewrites history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+
+def _is_valid(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def final_raw_score(
+    raws: Iterable[float | None],
+    *,
+    rule: Literal["best", "last"],
+    direction: Literal["lower", "higher"],
+) -> float | None:
+    """The attempt's final raw score: best or last valid one; None when none is valid."""
+    valid = [float(r) for r in raws if r is not None and _is_valid(r)]
+    if not valid:
+        return None
+    if rule == "last":
+        return valid[-1]
+    return min(valid) if direction == "lower" else max(valid)
+
+
+def normalize(raw: float | None, start: float, reference: float, *, clip: bool = True) -> float:
+    """(raw - start) / (reference - start); works for both directions because the
+    denominator is negative when lower is better. Invalid scores are 0, and so are
+    scores worse than the start when `clip` is set (the paper's rule)."""
+    if not _is_valid(raw):
+        return 0.0
+    assert raw is not None
+    value = (raw - start) / (reference - start)
+    return max(0.0, value) if clip else value

@@ -1,0 +1,155 @@
+"""ORM tables. Raw scores are the source of truth; normalized values are derived.
+
+Attempt status: queued, running, done, limit, error, interrupted.
+Error source: agent, environment, infrastructure, user (None when nothing failed).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+ATTEMPT_STATUSES = ("queued", "running", "done", "limit", "error", "interrupted")
+ERROR_SOURCES = ("agent", "environment", "infrastructure", "user")
+FINISHED_STATUSES = ("done", "limit", "error", "interrupted")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Campaign(Base):
+    """One `rebench run` invocation: environments x agent x budget x k."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="campaign")
+
+
+class Attempt(Base):
+    """One attempt of one agent (or human) at one environment under one budget."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("import_sha256", "import_row", name="uq_attempt_import_provenance"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), index=True)
+    source: Mapped[str] = mapped_column(String(16), default="own")  # own | imported
+    environment: Mapped[str] = mapped_column(String(64), index=True)
+    env_version: Mapped[str] = mapped_column(String(32), default="")
+    profile: Mapped[str] = mapped_column(String(32), default="")
+    agent: Mapped[str] = mapped_column(String(128), index=True)
+    model: Mapped[str | None] = mapped_column(String(128))
+    budget_s: Mapped[float] = mapped_column(Float)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    backend: Mapped[str | None] = mapped_column(String(16))
+    image_id: Mapped[str | None] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    error_source: Mapped[str | None] = mapped_column(String(16))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    limit_reason: Mapped[str | None] = mapped_column(String(32))
+    retry_of: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"))
+    counted: Mapped[bool] = mapped_column(Boolean, default=True)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    working_s: Mapped[float] = mapped_column(Float, default=0.0)
+    model_wait_s: Mapped[float] = mapped_column(Float, default=0.0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    submitted: Mapped[bool] = mapped_column(Boolean, default=False)
+    final_raw: Mapped[float | None] = mapped_column(Float)
+    final_normalized: Mapped[float | None] = mapped_column(Float)
+    anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | imported
+    snapshot_path: Mapped[str | None] = mapped_column(Text)
+    import_sha256: Mapped[str | None] = mapped_column(String(64))
+    import_row: Mapped[int | None] = mapped_column(Integer)
+    external_id: Mapped[str | None] = mapped_column(String(128))
+
+    campaign: Mapped[Campaign | None] = relationship(back_populates="attempts")
+    events: Mapped[list[Event]] = relationship(back_populates="attempt", order_by="Event.seq")
+    score_events: Mapped[list[ScoreEvent]] = relationship(back_populates="attempt", order_by="ScoreEvent.id")
+    pauses: Mapped[list[Pause]] = relationship(back_populates="attempt", order_by="Pause.id")
+
+
+class Event(Base):
+    """One thing that happened in an attempt: a tool call, a model call, a note."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    working_s: Mapped[float] = mapped_column(Float, default=0.0)
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    attempt: Mapped[Attempt] = relationship(back_populates="events")
+
+
+class ScoreEvent(Base):
+    """One score call: raw score (None = invalid), when in working time, and what was shown."""
+
+    __tablename__ = "score_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="intermediate")  # baseline | intermediate | final
+    working_s: Mapped[float] = mapped_column(Float, default=0.0)
+    raw: Mapped[float | None] = mapped_column(Float)
+    valid: Mapped[bool] = mapped_column(Boolean, default=False)
+    message: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    attempt: Mapped[Attempt] = relationship(back_populates="score_events")
+
+
+class Pause(Base):
+    """A stretch of wall time that did not count against the budget, with its reason."""
+
+    __tablename__ = "pauses"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    reason: Mapped[str] = mapped_column(String(32))
+    start_s: Mapped[float] = mapped_column(Float)
+    end_s: Mapped[float | None] = mapped_column(Float)
+
+    attempt: Mapped[Attempt] = relationship(back_populates="pauses")
+
+
+class Calibration(Base):
+    """Anchors measured on one machine: timing scores only mean something per hardware."""
+
+    __tablename__ = "calibrations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    environment: Mapped[str] = mapped_column(String(64), index=True)
+    env_version: Mapped[str] = mapped_column(String(32))
+    profile: Mapped[str] = mapped_column(String(32))
+    hardware: Mapped[str] = mapped_column(String(64), index=True)
+    hardware_description: Mapped[str] = mapped_column(Text, default="")
+    start_raw: Mapped[float] = mapped_column(Float)
+    reference_raw: Mapped[float] = mapped_column(Float)
+    samples: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
