@@ -1,0 +1,43 @@
+# rebench CPU base: Debian with Python 3.11, sshd, user `agent` (uid 1000), group
+# `protected`, /protected closed to the agent, and the scoring helper.
+#
+# BASE_IMAGE is a build argument so that hosts without a registry can use the
+# image made by `rebench images bootstrap` (debootstrap + docker import), which
+# already has python3, python3-venv, openssh-server and ca-certificates; from a
+# registry image they are installed here instead.
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
+
+# An extra CA bundle for TLS-inspecting proxies (empty file when not needed).
+COPY extra-ca.crt /usr/local/share/ca-certificates/rebench-extra.crt
+RUN set -eu; \
+    if ! command -v python3 >/dev/null || ! python3 -c "import venv, ensurepip" 2>/dev/null \
+       || [ ! -x /usr/sbin/sshd ] || [ ! -d /etc/ssl/certs ]; then \
+        apt-get update; \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            python3 python3-venv openssh-server ca-certificates procps; \
+        rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    if [ ! -s /usr/local/share/ca-certificates/rebench-extra.crt ]; then \
+        rm -f /usr/local/share/ca-certificates/rebench-extra.crt; \
+    fi; \
+    update-ca-certificates >/dev/null 2>&1 || true; \
+    groupadd --gid 1001 protected; \
+    useradd --uid 1000 --user-group --create-home --shell /bin/bash agent; \
+    mkdir -p /protected /opt/rebench /run/sshd; \
+    chown root:protected /protected; \
+    chmod 0770 /protected; \
+    chmod 0755 /home/agent; \
+    python3 -m venv /opt/venv; \
+    rm -rf /root/.cache
+
+COPY score_helper.py /opt/rebench/score_helper.py
+RUN chmod 0755 /opt/rebench /opt/rebench/score_helper.py
+
+ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+LABEL rebench.base=cpu
+WORKDIR /

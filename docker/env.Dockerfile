@@ -1,0 +1,19 @@
+# One environment, one profile: the base plus the environment's Python
+# requirements (from a local wheelhouse first, then the index) and its files and
+# built assets under /opt/rebench/env, closed to the agent (the harness copies
+# them into place when an attempt starts).
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+ARG ENVIRONMENT
+ARG PROFILE
+ARG CONTENT_HASH
+COPY wheels/ /tmp/rebench-wheels/
+COPY requirements.txt /tmp/rebench-requirements.txt
+RUN set -eu; \
+    if grep -qv '^\s*\(#.*\)\?$' /tmp/rebench-requirements.txt; then \
+        pip install --no-cache-dir --find-links /tmp/rebench-wheels -r /tmp/rebench-requirements.txt; \
+    fi; \
+    rm -rf /tmp/rebench-wheels /tmp/rebench-requirements.txt /root/.cache
+COPY env/ /opt/rebench/env/
+RUN chown -R root:root /opt/rebench/env && chmod 0700 /opt/rebench/env
+LABEL rebench.environment=${ENVIRONMENT} rebench.profile=${PROFILE} rebench.content-hash=${CONTENT_HASH}

@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""rebench exec server: the long-lived channel into a Docker sandbox (stdlib only).
+
+It runs as the container's main process (root), reads requests from stdin and
+writes replies to stdout, so one attached stream carries every tool call: no
+`docker exec` round trip (about 50 ms) per command. Each command runs as the
+requested user (uid, gid, supplementary groups resolved inside the container)
+in a new session; a timeout or a `kill` request SIGKILLs that session, its
+process group and every process that still carries the command's marker in its
+environment, so a tree that called setsid() is killed too.
+
+Frames both ways: 4-byte big-endian length, then UTF-8 JSON. Binary fields are
+base64. Requests:
+
+    {"id": 1, "op": "ping"}
+    {"id": 2, "op": "exec", "argv": [...], "user": "agent", "groups": ["protected"],
+     "env": {...}, "cwd": "/home/agent", "stdin": "<b64>" | null, "timeout": 10.0,
+     "limit": 1000000}
+    {"id": 3, "op": "kill", "target": 2}
+
+As PID 1 it also reaps orphaned processes, which the kernel hands to it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import grp
+import json
+import os
+import pwd
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+MARKER_VAR = "REBENCH_EXEC_ID"
+HEADER = struct.Struct(">I")
+READ_CHUNK = 65536
+SETPRIV = shutil.which("setpriv")
+EXIT_GRACE_S = 0.2
+"""After the command exits, how long to wait for its pipes to close (a background
+child may hold them open; it keeps running, its later output is dropped)."""
+
+
+class Capture:
+    """Keeps the head and the tail of a stream within `limit` bytes, counting the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(2, limit)
+        self.half = self.limit // 2
+        self.head = bytearray()
+        self.tail: bytearray | None = None
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        if self.tail is None:
+            self.head += data
+            if len(self.head) > self.limit:
+                self.tail = self.head[self.half :]
+                del self.head[self.half :]
+        else:
+            self.tail += data
+        if self.tail is not None and len(self.tail) > 4 * self.half:
+            del self.tail[: len(self.tail) - self.half]
+
+    def result(self) -> dict:
+        if self.tail is None:
+            return {"head": base64.b64encode(bytes(self.head)).decode(), "tail": "", "dropped": 0}
+        tail = bytes(self.tail[-self.half :])
+        return {
+            "head": base64.b64encode(bytes(self.head)).decode(),
+            "tail": base64.b64encode(tail).decode(),
+            "dropped": self.total - len(self.head) - len(tail),
+        }
+
+
+class Job:
+    def __init__(self, request: dict, proc: subprocess.Popen, marker: str) -> None:
+        self.id = request["id"]
+        self.proc = proc
+        self.marker = marker
+        limit = int(request.get("limit") or 1_000_000)
+        self.out = Capture(limit)
+        self.err = Capture(limit)
+        self.started = time.monotonic()
+        timeout = request.get("timeout")
+        self.deadline = self.started + float(timeout) if timeout else None
+        self.timed_out = False
+        self.killed = False
+        self.exit_code: int | None = None
+        self.exited_at: float | None = None
+        self.open_pipes = 0
+        self.stdin_data = b""
+        self.spawn_s = 0.0
+
+
+def _proc_stat(pid: str) -> tuple[int, int] | None:
+    """(process group, session) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[2]), int(fields[3])
+
+
+def _environ(pid: str) -> bytes:
+    """A process's environment. Root in a container lacks CAP_SYS_PTRACE, so another
+    user's environ is read with that user's effective uid (this server is single-threaded)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return handle.read()
+    except PermissionError:
+        pass
+    except OSError:
+        return b""
+    try:
+        info = os.stat(f"/proc/{pid}")
+        os.setegid(info.st_gid)
+        os.seteuid(info.st_uid)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                return handle.read()
+        finally:
+            os.seteuid(0)
+            os.setegid(0)
+    except OSError:
+        return b""
+
+
+def kill_tree(root_pid: int, marker: str) -> int:
+    """SIGKILL the command's session, group and marked processes; sweep until none is left."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    me = os.getpid()
+    killed = 0
+    for _ in range(20):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            ids = _proc_stat(entry)
+            if ids is None:
+                continue
+            hit = root_pid in ids or int(entry) == root_pid
+            if not hit:
+                hit = needle in _environ(entry)
+            if hit:
+                found.append(int(entry))
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.005)
+    return killed
+
+
+class Server:
+    def __init__(self, infd: int, outfd: int) -> None:
+        self.infd = infd
+        self.outfd = outfd
+        self.sel = selectors.DefaultSelector()
+        self.inbuf = bytearray()
+        self.jobs: dict[int, Job] = {}
+        self.by_pid: dict[int, Job] = {}
+        self.users: dict[str, tuple[int, int, str]] = {}
+        self.groups: dict[str, int] = {}
+        self.base_env = dict(os.environ)
+        self.counter = 0
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._terminate)
+        self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+
+    def _terminate(self, *_: object) -> None:
+        for job in list(self.jobs.values()):
+            kill_tree(job.proc.pid, job.marker)
+        sys.exit(0)
+
+    # -- replies -----------------------------------------------------------
+    def send(self, payload: dict) -> None:
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        frame = HEADER.pack(len(data)) + data
+        view = memoryview(frame)
+        while view:
+            try:
+                written = os.write(self.outfd, view)
+            except BlockingIOError:
+                time.sleep(0.001)
+                continue
+            view = view[written:]
+
+    # -- requests ----------------------------------------------------------
+    def handle(self, request: dict) -> None:
+        op = request.get("op")
+        if op == "ping":
+            ids: dict[str, object] = {}
+            for name in request.get("users", []):
+                try:
+                    ids[name] = list(self._user(name)[:2])
+                except KeyError:
+                    ids[name] = None
+            for name in request.get("groups", []):
+                try:
+                    ids["group:" + name] = self._group(name)
+                except KeyError:
+                    ids["group:" + name] = None
+            self.send(
+                {
+                    "id": request["id"],
+                    "ok": True,
+                    "pid": os.getpid(),
+                    "ids": ids,
+                    "python": sys.version.split()[0],
+                }
+            )
+        elif op == "exec":
+            self.start_job(request)
+        elif op == "kill":
+            job = self.jobs.get(request.get("target", -1))
+            if job is not None and not job.killed:
+                job.killed = True
+                kill_tree(job.proc.pid, job.marker)
+            self.send({"id": request["id"], "ok": job is not None})
+        else:
+            self.send({"id": request.get("id"), "error": f"unknown op {op!r}"})
+
+    def _user(self, name: str) -> tuple[int, int, str]:
+        if name not in self.users:
+            entry = pwd.getpwnam(name)
+            self.users[name] = (entry.pw_uid, entry.pw_gid, entry.pw_dir)
+        return self.users[name]
+
+    def _group(self, name: str) -> int:
+        if name not in self.groups:
+            self.groups[name] = grp.getgrnam(name).gr_gid
+        return self.groups[name]
+
+    def start_job(self, request: dict) -> None:
+        self.counter += 1
+        began = time.monotonic()
+        marker = f"{os.getpid()}-{self.counter}"
+        try:
+            uid, gid, home = self._user(request.get("user", "root"))
+            groups = [self._group(g) for g in request.get("groups", [])]
+            name = request.get("user", "root")
+            env = dict(self.base_env)
+            env.update({"HOME": home, "USER": name, "LOGNAME": name})
+            env.update(request.get("env") or {})
+            env[MARKER_VAR] = marker
+            stdin = request.get("stdin")
+            cwd = request.get("cwd") or home
+            if request.get("cwd_fallback") and not os.path.isdir(cwd):
+                cwd = home if os.path.isdir(home) else "/"
+            argv = list(request["argv"])
+            switch: dict = {}
+            if uid != os.getuid():
+                if SETPRIV:
+                    # Switching user inside Popen forces fork() (~4 ms here); exec'ing
+                    # setpriv keeps the fast vfork path.
+                    argv = [
+                        SETPRIV,
+                        f"--reuid={uid}",
+                        f"--regid={gid}",
+                        "--groups=" + ",".join(str(g) for g in [gid, *groups]),
+                        "--",
+                        *argv,
+                    ]
+                else:
+                    switch = {"user": uid, "group": gid, "extra_groups": [gid, *groups]}
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                # Every fd this server opens is non-inheritable; closing them all one
+                # by one up to the fd limit would cost milliseconds per command.
+                close_fds=False,
+                **switch,
+            )
+        except (OSError, KeyError, subprocess.SubprocessError) as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            message = f"rebench: cannot start command: {type(exc).__name__}: {exc}\n".encode()
+            self.send(
+                {
+                    "id": request["id"],
+                    "exit_code": code,
+                    "timed_out": False,
+                    "duration_s": 0.0,
+                    "stdout": Capture(1).result(),
+                    "stderr": {"head": base64.b64encode(message).decode(), "tail": "", "dropped": 0},
+                }
+            )
+            return
+        job = Job(request, proc, marker)
+        job.spawn_s = job.started - began
+        self.jobs[job.id] = job
+        self.by_pid[proc.pid] = job
+        for stream, capture in ((proc.stdout, job.out), (proc.stderr, job.err)):
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+            self.sel.register(stream.fileno(), selectors.EVENT_READ, ("pipe", (job, stream, capture)))
+            job.open_pipes += 1
+        if stdin is not None:
+            assert proc.stdin is not None
+            job.stdin_data = base64.b64decode(stdin)
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, ("stdin", job))
+
+    def finish(self, job: Job) -> None:
+        for stream in (job.proc.stdout, job.proc.stderr, job.proc.stdin):
+            if stream is not None and not stream.closed:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(stream.fileno())
+                stream.close()
+        self.jobs.pop(job.id, None)
+        self.by_pid.pop(job.proc.pid, None)
+        self.send(
+            {
+                "id": job.id,
+                "exit_code": None if job.timed_out else job.exit_code,
+                "timed_out": job.timed_out,
+                "killed": job.killed,
+                "spawn_s": job.spawn_s,
+                "duration_s": time.monotonic() - job.started,
+                "stdout": job.out.result(),
+                "stderr": job.err.result(),
+            }
+        )
+
+    # -- loop --------------------------------------------------------------
+    def reap(self) -> None:
+        """Collect exited children: ours through Popen, orphans directly."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            job = self.by_pid.get(info.si_pid)
+            if job is not None:
+                job.proc.wait()
+                job.exit_code = job.proc.returncode
+                if job.exit_code is not None and job.exit_code < 0:
+                    job.exit_code = 128 - job.exit_code
+                job.exited_at = time.monotonic()
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(info.si_pid, 0)
+
+    def read_requests(self) -> bool:
+        try:
+            data = os.read(self.infd, READ_CHUNK)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        self.inbuf += data
+        while len(self.inbuf) >= 4:
+            (size,) = HEADER.unpack_from(self.inbuf)
+            if len(self.inbuf) < 4 + size:
+                break
+            body = bytes(self.inbuf[4 : 4 + size])
+            del self.inbuf[: 4 + size]
+            try:
+                request = json.loads(body)
+            except ValueError:
+                self.send({"id": None, "error": "bad frame"})
+                continue
+            self.handle(request)
+        return True
+
+    def run(self) -> int:
+        os.set_blocking(self.infd, False)
+        stdin_open = True
+        while stdin_open or self.jobs:
+            now = time.monotonic()
+            waits = [1.0]
+            for job in self.jobs.values():
+                if job.deadline is not None and not job.timed_out:
+                    waits.append(job.deadline - now)
+                if job.exited_at is not None:
+                    waits.append(job.exited_at + EXIT_GRACE_S - now)
+            for key, _mask in self.sel.select(max(0.0, min(waits))):
+                kind, data = key.data
+                if kind == "in":
+                    if not self.read_requests():
+                        stdin_open = False
+                        self.sel.unregister(self.infd)
+                        for job in list(self.jobs.values()):
+                            job.killed = True
+                            kill_tree(job.proc.pid, job.marker)
+                elif kind == "wake":
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                elif kind == "pipe":
+                    job, stream, capture = data
+                    try:
+                        chunk = os.read(stream.fileno(), READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        capture.add(chunk)
+                    else:
+                        self.sel.unregister(stream.fileno())
+                        stream.close()
+                        job.open_pipes -= 1
+                elif kind == "stdin":
+                    job = data
+                    assert job.proc.stdin is not None
+                    try:
+                        written = os.write(job.proc.stdin.fileno(), job.stdin_data[:READ_CHUNK])
+                        job.stdin_data = job.stdin_data[written:]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        job.stdin_data = b""
+                    if not job.stdin_data:
+                        self.sel.unregister(job.proc.stdin.fileno())
+                        job.proc.stdin.close()
+            self.reap()
+            now = time.monotonic()
+            for job in list(self.jobs.values()):
+                if (
+                    job.deadline is not None
+                    and now >= job.deadline
+                    and not job.timed_out
+                    and job.exited_at is None
+                ):
+                    job.timed_out = True
+                    kill_tree(job.proc.pid, job.marker)
+                if job.exited_at is not None and (job.open_pipes == 0 or now >= job.exited_at + EXIT_GRACE_S):
+                    self.finish(job)
+        return 0
+
+
+def main() -> int:
+    server = Server(sys.stdin.fileno(), sys.stdout.fileno())
+    server.send({"id": 0, "ready": True, "pid": os.getpid()})
+    return server.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
