@@ -24,9 +24,9 @@ RUN set -eu; \
     update-ca-certificates >/dev/null 2>&1 || true; \
     groupadd --gid 1001 protected; \
     useradd --uid 1000 --user-group --create-home --shell /bin/bash agent; \
-    mkdir -p /protected /opt/rebench /run/sshd; \
-    chown root:protected /protected; \
-    chmod 0770 /protected; \
+    mkdir -p /protected/results /opt/rebench /run/sshd; \
+    chown root:protected /protected /protected/results; \
+    chmod 2770 /protected /protected/results; \
     chmod 0755 /home/agent; \
     python3 -m venv /opt/venv; \
     rm -rf /root/.cache

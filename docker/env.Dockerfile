@@ -7,11 +7,13 @@ FROM ${BASE_IMAGE}
 ARG ENVIRONMENT
 ARG PROFILE
 ARG CONTENT_HASH
+ARG PIP_OFFLINE=
 COPY wheels/ /tmp/rebench-wheels/
 COPY requirements.txt /tmp/rebench-requirements.txt
 RUN set -eu; \
     if grep -qv '^\s*\(#.*\)\?$' /tmp/rebench-requirements.txt; then \
-        pip install --no-cache-dir --find-links /tmp/rebench-wheels -r /tmp/rebench-requirements.txt; \
+        pip install --no-cache-dir ${PIP_OFFLINE:+--no-index} --find-links /tmp/rebench-wheels \
+            -r /tmp/rebench-requirements.txt; \
     fi; \
     rm -rf /tmp/rebench-wheels /tmp/rebench-requirements.txt /root/.cache
 COPY env/ /opt/rebench/env/

@@ -7,7 +7,7 @@ import sys
 import click
 import typer
 
-from rebench.cli import attempts, envs, report, run
+from rebench.cli import attempts, envs, images, report, run
 from rebench.cli.common import err_console
 from rebench.errors import RebenchError
 
@@ -22,6 +22,8 @@ app.add_typer(envs.app, name="envs")
 app.add_typer(attempts.app, name="attempts")
 app.command("run")(run.run_command)
 app.command("report")(report.report_command)
+app.add_typer(images.app, name="images")
+app.command("gc")(images.gc_command)
 
 
 def main(argv: list[str] | None = None) -> None:

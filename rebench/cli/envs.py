@@ -94,7 +94,7 @@ def build_environment(env: Environment, profile: str, backend: str) -> None:
     local_python(env, log=lambda m: err_console.print(m, highlight=False))
     assets_dir(env, profile, log=lambda m: err_console.print(m, highlight=False))
     if backend == "docker":
-        from rebench.images import build_environment_image  # type: ignore[attr-defined]
+        from rebench.images import build_environment_image
 
         build_environment_image(env, profile, log=lambda m: err_console.print(m, highlight=False))
 

@@ -13,6 +13,7 @@ from rebench.environments.registry import Environment
 from rebench.sandbox.base import Sandbox
 
 PARAMS_FILE = "params.json"
+SCORING_DIR = "scoring"
 
 
 def scoring_context(sandbox: Sandbox, env: Environment, profile: str) -> dict[str, object]:
@@ -36,6 +37,8 @@ async def install_environment(sandbox: Sandbox, env: Environment, profile: str, 
     if assets and (assets / "home").is_dir():
         await sandbox.copy_in(str(assets / "home"), paths.home, user="root", read_only=True)
     await sandbox.copy_in(str(env.scoring_dir), paths.home, user="root", read_only=True)
+    # The copy that runs lives where the agent cannot rename or replace it (it owns its home).
+    await sandbox.copy_in(str(env.scoring_dir), paths.in_protected(SCORING_DIR), user="root", read_only=True)
     if env.protected_dir:
         await sandbox.copy_in(str(env.protected_dir), paths.protected, user="root")
     if assets and (assets / "protected").is_dir():

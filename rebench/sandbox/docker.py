@@ -117,8 +117,12 @@ class DockerEngine:
 
     def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
         """`docker import`: make an image from a root filesystem tarball."""
-        with tarball.open("rb") as handle:
-            self.client.api.import_image_from_stream(handle, repository=repository, tag=tag, changes=changes)
+        try:  # from a file, not a stream: the SDK's chunked upload of a stream is refused by some engines
+            self.client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=tag, changes=changes
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"docker import of {tarball} failed: {exc}") from None
         image_id = self.image_id(f"{repository}:{tag}")
         if image_id is None:
             raise SandboxError(f"docker import of {tarball} did not produce {repository}:{tag}")
@@ -215,15 +219,15 @@ def _tar_one(name: str, data: bytes, uid: int, gid: int, mode: int) -> bytes:
     return buffer.getvalue()
 
 
-def _tar_dir(source: Path, uid: int, gid: int, read_only: bool, handle: Any) -> None:
-    """Write `source`'s contents (not the folder itself) as a tar with the given owner."""
+def _tar_dir(source: Path, uid: int, gid: int, clear: int, handle: Any) -> None:
+    """Write `source`'s contents (not the folder itself) as a tar with the given owner,
+    clearing the `clear` permission bits."""
 
     def chown(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if "__pycache__" in PurePosixPath(info.name).parts:
             return None
         info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-        if read_only:
-            info.mode &= ~0o222
+        info.mode &= ~clear
         return info
 
     with tarfile.open(fileobj=handle, mode="w") as archive:
@@ -401,13 +405,23 @@ class DockerSandbox:
         return self._channel
 
     # -- ownership -------------------------------------------------------------
-    def _owner(self, user: User) -> tuple[int, int]:
-        agent_uid, agent_gid = self._ids.get("agent") or (1000, 1000)
-        if user == "agent":
-            return int(agent_uid), int(agent_gid)
+    def _placement(self, user: User, dest: str, read_only: bool) -> tuple[int, int, int]:
+        """(uid, gid, permission bits to clear) for files put at `dest` on behalf of `user`.
+
+        Under /protected everything is root:protected and closed to others, so the
+        scorer (the agent's uid plus group `protected`) reads it and the agent cannot.
+        Read-only files are root's, so the agent cannot change them."""
+        agent_uid, agent_gid = (int(i) for i in (self._ids.get("agent") or (1000, 1000)))
+        protected_gid = int(self._ids.get("group:protected") or 0)
+        clear = 0o222 if read_only else 0
+        root = PurePosixPath(self.paths.protected)
+        if PurePosixPath(dest) == root or root in PurePosixPath(dest).parents:
+            return 0, protected_gid, clear | 0o007
+        if read_only or user == "root":
+            return 0, 0, clear
         if user == "scorer":
-            return 0, int(self._ids.get("group:protected") or 0)
-        return 0, 0
+            return agent_uid, protected_gid, clear
+        return agent_uid, agent_gid, clear
 
     def _resolve(self, path: str) -> str:
         return path if path.startswith("/") else str(PurePosixPath(self.paths.solution, path))
@@ -444,6 +458,8 @@ class DockerSandbox:
             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
             "timeout": timeout,
             "limit": OUTPUT_LIMIT_BYTES,
+            # Scoring runs the solution with the protected group: nothing it started may outlive it.
+            "reap_groups": groups,
         }
         started = time.monotonic()
         request_id, reply = channel.send(request)
@@ -530,8 +546,8 @@ class DockerSandbox:
     ) -> None:
         self._require_channel()
         target = PurePosixPath(self._resolve(path))
-        uid, gid = self._owner(user)
-        archive = _tar_one(target.name, data, uid, gid, 0o644 if mode is None else mode)
+        uid, gid, clear = self._placement(user, str(target), read_only=False)
+        archive = _tar_one(target.name, data, uid, gid, (0o644 if mode is None else mode) & ~clear)
         try:
             await asyncio.to_thread(self._put, str(target.parent), archive)
         except FileNotFoundError:
@@ -546,12 +562,12 @@ class DockerSandbox:
         if not source.is_dir():
             raise SandboxError(f"copy_in: {source} is not a directory")
         target = self._resolve(dest)
-        uid, gid = (0, 0) if read_only and user == "agent" else self._owner(user)
-        await self._ensure_dir(target, "agent" if user == "agent" and not read_only else "root")
+        uid, gid, clear = self._placement(user, target, read_only)
+        await self._ensure_dir(target, "agent" if uid != 0 else "root")
 
         def put() -> None:
             with tempfile.TemporaryFile() as handle:
-                _tar_dir(source, uid, gid, read_only, handle)
+                _tar_dir(source, uid, gid, clear, handle)
                 handle.seek(0)
                 self._put(target, handle)
 
@@ -575,3 +591,18 @@ class DockerSandbox:
 def iter_attempt_containers(engine: DockerEngine) -> Iterator[tuple[str, str, str, dict[str, str]]]:
     """Every container rebench made, on this engine."""
     yield from engine.containers(LABEL_ATTEMPT)
+
+
+def engine_available(timeout: float = 3.0) -> bool:
+    """Whether a Docker engine answers (the factory's choice of default backend)."""
+    return DockerEngine.available(timeout)
+
+
+def create_sandbox(spec: SandboxSpec, env: Any) -> DockerSandbox:
+    """The factory's entry: the attempt runs in the environment's current image, which
+    must have been built (`rebench envs build ENV --profile P --backend docker`)."""
+    from rebench.images.build import current_environment_image
+
+    engine = DockerEngine.connect()
+    image = spec.image or current_environment_image(env, spec.profile, engine)
+    return DockerSandbox(spec.model_copy(update={"image": image}), engine=engine)

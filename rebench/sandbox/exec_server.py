@@ -97,6 +97,7 @@ class Job:
         self.open_pipes = 0
         self.stdin_data = b""
         self.spawn_s = 0.0
+        self.reap_groups: list[str] = list(request.get("reap_groups") or [])
 
 
 def _proc_stat(pid: str) -> tuple[int, int] | None:
@@ -132,6 +133,36 @@ def _environ(pid: str) -> bytes:
             os.setegid(0)
     except OSError:
         return b""
+
+
+def kill_group_members(gid: int) -> int:
+    """SIGKILL every process holding supplementary group `gid` (what a scoring run
+    started, including daemons that left its session and scrubbed its marker)."""
+    killed = 0
+    me = os.getpid()
+    for _ in range(20):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/status", "rb") as handle:
+                    status = handle.read()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith(b"Groups:"):
+                    if str(gid).encode() in line.split()[1:]:
+                        found.append(int(entry))
+                    break
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.005)
+    return killed
 
 
 def kill_tree(root_pid: int, marker: str) -> int:
@@ -322,6 +353,9 @@ class Server:
             self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, ("stdin", job))
 
     def finish(self, job: Job) -> None:
+        for name in job.reap_groups:
+            with contextlib.suppress(KeyError):
+                kill_group_members(self._group(name))
         for stream in (job.proc.stdout, job.proc.stderr, job.proc.stdin):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(KeyError, ValueError):

@@ -18,7 +18,7 @@ BACKENDS = ("local", "docker")
 def docker_available() -> bool:
     """Whether a Docker engine answers; the docker SDK is imported only when asked."""
     try:
-        from rebench.sandbox import docker as docker_backend  # type: ignore[attr-defined]
+        from rebench.sandbox import docker as docker_backend
     except ImportError:
         return False
     return bool(docker_backend.engine_available())
@@ -42,7 +42,7 @@ def create_sandbox(backend: str, spec: SandboxSpec, env: Environment) -> Sandbox
         root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
         return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
     if backend == "docker":
-        from rebench.sandbox import docker as docker_backend  # type: ignore[attr-defined]
+        from rebench.sandbox import docker as docker_backend
 
-        return docker_backend.create_sandbox(spec, env)  # type: ignore[no-any-return]
+        return docker_backend.create_sandbox(spec, env)
     raise RebenchError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")

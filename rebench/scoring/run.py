@@ -7,7 +7,7 @@ import uuid
 
 from pydantic import ValidationError
 
-from rebench.environments.install import PARAMS_FILE
+from rebench.environments.install import PARAMS_FILE, SCORING_DIR
 from rebench.sandbox.base import Sandbox
 from rebench.scoring.result import ScoreResult
 
@@ -24,7 +24,7 @@ async def run_scoring(sandbox: Sandbox, timeout_s: float) -> ScoreResult:
     result = await sandbox.exec(
         [
             paths.python, paths.helper,
-            "--program", paths.in_home("score.py"),
+            "--program", paths.in_protected(SCORING_DIR, "score.py"),
             "--params", paths.in_protected(PARAMS_FILE),
             "--out", out,
             "--log", paths.in_protected(SCORE_LOG),

@@ -1,0 +1,108 @@
+"""`rebench images bootstrap|list` and `rebench gc`: Docker images and cleanup."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rebench.cli.common import JsonOption, console, err_console, print_json
+
+app = typer.Typer(
+    help="Docker images: bootstrap a base without a registry, list what is built.", no_args_is_help=True
+)
+
+
+def _log(message: str) -> None:
+    err_console.print(message, highlight=False, markup=False)
+
+
+@app.command("bootstrap")
+def bootstrap_command(
+    mirror: Annotated[
+        str, typer.Option(help="Debian mirror for debootstrap.")
+    ] = "http://deb.debian.org/debian",
+    suite: Annotated[str, typer.Option(help="Debian suite (bookworm has Python 3.11).")] = "bookworm",
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image", help="Build the rebench base from this image instead of bootstrapping Debian."
+        ),
+    ] = None,
+    ca_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-bundle",
+            help="Extra CA certificates (PEM) to trust inside images, for TLS-inspecting proxies.",
+        ),
+    ] = None,
+    cuda: Annotated[bool, typer.Option("--cuda", help="Also build the CUDA base for GPU profiles.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False,
+) -> None:
+    """Make the rebench base image: debootstrap + docker import, then the CPU base on top."""
+    from rebench.images import bootstrap_raw_image, build_base_image, default_ca_bundle
+    from rebench.sandbox.docker import DockerEngine
+
+    started = time.monotonic()
+    engine = DockerEngine.connect()
+    if base_image is None:
+        base_image = bootstrap_raw_image(engine, mirror=mirror, suite=suite, force=force, log=_log)
+    bundle = ca_bundle or default_ca_bundle()
+    tag = build_base_image(engine, "cpu", base_image=base_image, ca_bundle=bundle, force=force, log=_log)
+    console.print(f"base image: {tag}")
+    if cuda:
+        cuda_tag = build_base_image(
+            engine, "cuda", base_image=base_image, ca_bundle=bundle, force=force, log=_log
+        )
+        console.print(f"CUDA base image: {cuda_tag}")
+    err_console.print(f"done in {time.monotonic() - started:.1f} s")
+
+
+@app.command("list")
+def list_command(json_output: JsonOption = False) -> None:
+    """Images rebench built on this engine."""
+    from rebench.images.naming import LABEL_KIND
+    from rebench.sandbox.docker import DockerEngine
+
+    rows = [
+        {
+            "id": image_id[7:19],
+            "kind": labels.get(LABEL_KIND, ""),
+            "tags": tags,
+            "environment": labels.get("rebench.environment", ""),
+            "profile": labels.get("rebench.profile", ""),
+        }
+        for image_id, tags, labels in DockerEngine.connect().images(LABEL_KIND)
+    ]
+    if json_output:
+        print_json(rows)
+        return
+    table = Table(title="rebench images")
+    for column in ("id", "kind", "tags"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["id"]), str(row["kind"]), ", ".join(row["tags"]))
+    console.print(table)
+
+
+def gc_command(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also remove containers of attempts whose harness still runs.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Remove containers and volumes of attempts that are no longer running."""
+    from rebench.images import collect_garbage
+    from rebench.sandbox.docker import DockerEngine
+
+    report = collect_garbage(DockerEngine.connect(), everything=everything)
+    if json_output:
+        print_json(report.model_dump())
+        return
+    console.print(
+        f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s); "
+        f"kept {len(report.kept_running)} of running attempts"
+    )

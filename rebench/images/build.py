@@ -1,0 +1,262 @@
+"""Building the rebench base images and one image per environment and profile.
+
+Builds use host networking (hosts behind a proxy), take an extra CA bundle
+(TLS-inspecting proxies) and a local wheelhouse (offline or proxied hosts). By
+default the wheelhouse is filled with `pip download` on this host, which uses
+this host's pip configuration (its proxy, certificates and local indexes), and
+the image then installs from it without touching any index.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rebench.environments.build import assets_dir
+from rebench.environments.registry import Environment
+from rebench.errors import RebenchError
+from rebench.images.naming import (
+    BASE_CPU,
+    BASE_CUDA,
+    LABEL_KIND,
+    digest,
+    dockerfiles_dir,
+    environment_image,
+    raw_image,
+)
+from rebench.paths import cache_dir
+from rebench.sandbox.docker import DockerEngine
+
+Log = Callable[[str], None]
+FALLBACK_BASE = "debian:bookworm-slim"
+_HELPER = Path(__file__).resolve().parents[1] / "scoring" / "score_helper.py"
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def default_ca_bundle() -> Path | None:
+    """`REBENCH_CA_BUNDLE`, else the bundle pip or requests are told to trust here, if any."""
+    for variable in ("REBENCH_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        value = os.environ.get(variable)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def _ca_bytes(ca_bundle: Path | None) -> bytes:
+    if ca_bundle is None:
+        return b""
+    if not ca_bundle.is_file():
+        raise RebenchError(f"CA bundle {ca_bundle} does not exist; pass a PEM file or leave it out")
+    return ca_bundle.read_bytes()
+
+
+def _dockerfile(name: str) -> Path:
+    path = dockerfiles_dir() / name
+    if not path.is_file():
+        raise RebenchError(f"{path} is missing; is REBENCH_DOCKERFILES pointing at the docker/ folder?")
+    return path
+
+
+def build_base_image(
+    engine: DockerEngine,
+    kind: str = "cpu",
+    *,
+    base_image: str | None = None,
+    ca_bundle: Path | None = None,
+    force: bool = False,
+    log: Log = _quiet,
+) -> str:
+    """The CPU base (from `base_image`, default the bootstrapped Debian) or the CUDA
+    base (from the CPU base). Tagged with a hash of everything in it; cached."""
+    if kind not in ("cpu", "cuda"):
+        raise RebenchError(f"unknown base image kind {kind!r}; allowed: cpu, cuda")
+    ca = _ca_bytes(ca_bundle)
+    if kind == "cuda":
+        parent = build_base_image(engine, "cpu", base_image=base_image, ca_bundle=ca_bundle, log=log)
+        dockerfile, repository, files = _dockerfile("base-cuda.Dockerfile"), BASE_CUDA, {}
+    else:
+        parent = base_image or (raw_image() if engine.image_id(raw_image()) else FALLBACK_BASE)
+        dockerfile, repository = _dockerfile("base-cpu.Dockerfile"), BASE_CPU
+        files = {"score_helper.py": _HELPER.read_bytes(), "extra-ca.crt": ca}
+    parent_id = engine.image_id(parent) or parent
+    tag = f"{repository}:{digest(dockerfile.read_bytes(), parent_id.encode(), *files.values())}"
+    if force or engine.image_id(tag) is None:
+        _build_base(engine, tag, parent, dockerfile, files, kind, log)
+    engine.tag(tag, repository, "latest")
+    return tag
+
+
+def _build_base(
+    engine: DockerEngine,
+    tag: str,
+    parent: str,
+    dockerfile: Path,
+    files: dict[str, bytes],
+    kind: str,
+    log: Log,
+) -> None:
+    log(f"building {tag} from {parent}")
+    with tempfile.TemporaryDirectory(prefix="rebench-base-") as scratch:
+        context = Path(scratch)
+        shutil.copy(dockerfile, context / "Dockerfile")
+        for name, data in files.items():
+            (context / name).write_bytes(data)
+        engine.build(context, "Dockerfile", tag, {"BASE_IMAGE": parent}, {LABEL_KIND: f"base-{kind}"}, log)
+
+
+def _requirements(env: Environment) -> bytes:
+    return env.requirements.read_bytes() if env.requirements else b""
+
+
+def _same_platform() -> bool:
+    return (
+        sys.platform == "linux"
+        and platform.machine() == "x86_64"
+        and sys.version_info[:2] == (3, 11)
+        and sys.implementation.name == "cpython"
+    )
+
+
+def fill_wheelhouse(env: Environment, log: Log = _quiet) -> Path:
+    """Download the environment's requirements as wheels with this host's pip; cached by their hash."""
+    requirements = _requirements(env)
+    target = cache_dir() / "wheels" / f"{env.name}-{digest(requirements)}"
+    if (target / ".complete").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    if requirements.strip():
+        log(f"downloading wheels for {env.name} into {target}")
+        argv = [sys.executable, "-m", "pip", "download", "-q", "-d", str(target), "-r", str(env.requirements)]
+        if not _same_platform():
+            argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.11"]
+            for tag in (
+                "manylinux_2_28_x86_64",
+                "manylinux_2_17_x86_64",
+                "manylinux2014_x86_64",
+                "linux_x86_64",
+            ):
+                argv += ["--platform", tag]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+            raise RebenchError(
+                f"pip download for {env.name} failed: {tail}; pass --wheelhouse DIR with the wheels"
+            )
+    (target / ".complete").touch()
+    return target
+
+
+def _link_tree(source: Path, dest: Path) -> None:
+    """Copy a folder into the build context, hard-linking files where possible."""
+
+    def copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(
+        source,
+        dest,
+        copy_function=copy,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", ".complete"),
+    )
+
+
+def environment_image_tag(env: Environment, profile: str, engine: DockerEngine, base: str) -> str:
+    dockerfile = _dockerfile("env.Dockerfile").read_bytes()
+    base_id = (engine.image_id(base) or base).encode()
+    return environment_image(
+        env.name, profile, env.content_hash(profile, extra=digest(dockerfile, base_id).encode())
+    )
+
+
+def base_kind(env: Environment, profile: str) -> str:
+    return "cuda" if env.profile(profile).resources.gpus > 0 else "cpu"
+
+
+def current_environment_image(env: Environment, profile: str, engine: DockerEngine) -> str:
+    """The tag an attempt should run, without building anything; RebenchError if it is missing."""
+    repository = BASE_CUDA if base_kind(env, profile) == "cuda" else BASE_CPU
+    base = f"{repository}:latest"
+    if engine.image_id(base) is None:
+        raise RebenchError(
+            f"no rebench base image on this engine; run `rebench envs build {env.name} --profile {profile}`"
+        )
+    tag = environment_image_tag(env, profile, engine, base)
+    if engine.image_id(tag) is None:
+        raise RebenchError(
+            f"image for {env.name} ({profile}) is missing or out of date; "
+            f"run `rebench envs build {env.name} --profile {profile} --backend docker`"
+        )
+    return tag
+
+
+def build_environment_image(
+    env: Environment,
+    profile: str,
+    *,
+    engine: DockerEngine | None = None,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    base_image: str | None = None,
+    force: bool = False,
+    log: Log = _quiet,
+) -> str:
+    """Build (or find cached) the image for one environment and profile; returns its tag."""
+    engine = engine or DockerEngine.connect()
+    env.profile(profile)
+    if wheelhouse is None and os.environ.get("REBENCH_WHEELHOUSE"):
+        wheelhouse = Path(os.environ["REBENCH_WHEELHOUSE"])
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise RebenchError(f"wheelhouse {wheelhouse} is not a directory")
+    ca_bundle = ca_bundle or default_ca_bundle()
+    base = build_base_image(
+        engine, base_kind(env, profile), base_image=base_image, ca_bundle=ca_bundle, log=log
+    )
+    tag = environment_image_tag(env, profile, engine, base)
+    if not force and engine.image_id(tag) is not None:
+        log(f"{tag} is up to date")
+        return tag
+    assets = assets_dir(env, profile, log=log)
+    offline = wheelhouse is None
+    wheels = wheelhouse or fill_wheelhouse(env, log)
+    with tempfile.TemporaryDirectory(prefix="rebench-env-", dir=cache_dir()) as scratch:
+        context = Path(scratch)
+        shutil.copy(_dockerfile("env.Dockerfile"), context / "Dockerfile")
+        (context / "requirements.txt").write_bytes(_requirements(env))
+        (context / "wheels").mkdir()
+        _link_tree(wheels, context / "wheels")
+        files = context / "env"
+        files.mkdir()
+        for part in ("workspace", "home", "scoring", "protected"):
+            if (env.root / part).is_dir():
+                _link_tree(env.root / part, files / part)
+        if assets is not None:
+            _link_tree(assets, files / "assets")
+        log(f"building {tag}")
+        engine.build(
+            context,
+            "Dockerfile",
+            tag,
+            {
+                "BASE_IMAGE": base,
+                "ENVIRONMENT": env.name,
+                "PROFILE": profile,
+                "CONTENT_HASH": tag.rsplit("-", 1)[-1],
+                "PIP_OFFLINE": "1" if offline else "",
+            },
+            {LABEL_KIND: "environment"},
+            log,
+        )
+    return tag
