@@ -114,7 +114,8 @@ def test_agent_cannot_read_protected(envs_dir: Path, tmp_path: Path) -> None:
     probe = (
         "{ cat /protected/secret.txt; ls -la /protected; cat /protected/params.json;"
         "  cat /opt/rebench/env/protected/secret.txt; ls /opt/rebench/env;"
-        f"  grep -rs {SECRET} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev; }} > probe.txt 2>&1; true"
+        f"  grep -rs {SECRET} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev;"
+        " } > probe.txt 2>&1; true"
     )
     row, snapshot = attack(envs_dir, tmp_path, [{"bash": probe}, {"score": {}}, {"submit": None}])
     seen = (snapshot / "probe.txt").read_text()
@@ -194,7 +195,8 @@ def _host_processes(needle: bytes) -> list[int]:
 
 def test_no_agent_process_outlives_its_attempt(envs_dir: Path, tmp_path: Path) -> None:
     tag = str(1000 + int.from_bytes(os.urandom(2), "big"))
-    probe = f"nohup sleep {tag} >/dev/null 2>&1 & setsid sleep {tag} >/dev/null 2>&1 & sleep 0.3; pgrep -c sleep > probe.txt"
+    probe = (f"nohup sleep {tag} >/dev/null 2>&1 & setsid sleep {tag} >/dev/null 2>&1 &"
+             " sleep 0.3; pgrep -c sleep > probe.txt")
     _, snapshot = attack(envs_dir, tmp_path, [{"bash": probe}, {"submit": None}])
     assert (snapshot / "probe.txt").read_text().strip() == "2"
     assert _host_processes(f"sleep\0{tag}\0".encode()) == []
