@@ -134,7 +134,7 @@ def test_agent_cannot_change_scoring_or_the_helper(envs_dir: Path, tmp_path: Pat
         + fake
         + "' > score.py;"
         "  echo 'raise SystemExit' >> /opt/rebench/score_helper.py; rm -f /opt/rebench/score_helper.py;"
-        "  ls /protected/scoring; } > solution/probe.txt 2>&1; true"
+        "  ls /protected/scoring; } > /home/agent/solution/probe.txt 2>&1; true"
     )
     row, snapshot = attack(envs_dir, tmp_path, [{"bash": probe}, {"score": {}}, {"submit": None}])
     seen = (snapshot / "probe.txt").read_text()
@@ -223,7 +223,8 @@ def test_agent_cannot_see_or_signal_another_attempt(envs_dir: Path, tmp_path: Pa
             return (snapshot / "probe.txt").read_text(), await victim.exec(f"pgrep -f 'sleep {tag}'")
 
     seen, still_there = asyncio.run(run_victim())
-    assert f"sleep {tag}" not in seen and "done" in seen
+    assert f"sleep {tag}" not in [line.strip().split(None, 1)[-1] for line in seen.splitlines()]
+    assert "No such process" in seen and "done" in seen
     assert still_there.ok and still_there.stdout.strip()
 
 

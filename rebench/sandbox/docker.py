@@ -154,7 +154,8 @@ class DockerEngine:
             if "stream" in chunk:
                 for line in str(chunk["stream"]).splitlines():
                     tail = [*tail[-30:], line]
-                    log(line)
+                    if line.startswith("Step "):
+                        log(line[:160])
             if "error" in chunk:
                 detail = "\n".join(tail[-15:])
                 raise SandboxError(f"image build of {tag} failed: {str(chunk['error']).strip()}\n{detail}")
