@@ -301,11 +301,6 @@ class DockerSandbox:
     def _create(self) -> Any:
         spec = self.spec
         client = self.engine.client
-        if self.engine.image_id(str(spec.image)) is None:
-            raise SandboxError(
-                f"image {spec.image} not found; build it with `rebench envs build {spec.environment} "
-                f"--profile {spec.profile}`"
-            )
         devices = []
         if spec.gpus:
             devices = [
@@ -326,21 +321,28 @@ class DockerSandbox:
             security_opt=["no-new-privileges"],
             log_config=LogConfig(type="none"),
         )
-        created = client.api.create_container(
-            spec.image,
-            command=["python3", "-I", "-c", _LOADER],
-            name=name,
-            hostname=f"attempt-{spec.attempt_id}",
-            user="0",
-            stdin_open=True,
-            detach=False,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
-            tty=False,
-            labels=self._labels(),
-            environment=dict(spec.env),
-            working_dir="/",
-            host_config=host_config,
-        )
-        return client.containers.get(created["Id"])
+        try:
+            created = client.api.create_container(
+                spec.image,
+                command=["python3", "-I", "-c", _LOADER],
+                name=name,
+                hostname=f"attempt-{spec.attempt_id}",
+                user="0",
+                stdin_open=True,
+                detach=False,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
+                tty=False,
+                labels=self._labels(),
+                environment=dict(spec.env),
+                working_dir="/",
+                host_config=host_config,
+            )
+        except docker.errors.ImageNotFound:
+            raise SandboxError(
+                f"image {spec.image} not found; build it with `rebench envs build {spec.environment} "
+                f"--profile {spec.profile} --backend docker`"
+            ) from None
+        # A model without a second inspect round trip: attach, start and get_archive need only the id.
+        return client.containers.prepare_model({"Id": created["Id"]})
 
     async def start(self) -> None:
         started = time.perf_counter()

@@ -1,0 +1,75 @@
+"""The kernel environment on the docker backend scores its reference solution as the
+local backend does (within timing noise), and leaves no container behind."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .docker_support import base_image, docker_engine
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.torch]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("REBENCH_ENVIRONMENTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "rebench.cli.app", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+        cwd=REPO,
+    )
+
+
+def normalized(db: Path) -> list[float]:
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "select status, backend, final_normalized from attempts order by id"
+        ).fetchall()
+    assert all(status == "done" for status, _, _ in rows), rows
+    return [value for _, _, value in rows]
+
+
+def test_reference_agent_scores_the_same_on_docker_and_local(tmp_path: Path) -> None:
+    engine = docker_engine()
+    base_image(engine)
+    for backend in ("docker", "local"):
+        built = cli("envs", "build", "triton_cumsum", "--profile", "tiny", "--backend", backend)
+        assert built.returncode == 0, built.stderr
+    scores = {}
+    for backend in ("docker", "local"):
+        db = tmp_path / f"{backend}.db"
+        result = cli(
+            "run",
+            "--env",
+            "triton_cumsum",
+            "--agent",
+            "reference",
+            "--profile",
+            "tiny",
+            "--backend",
+            backend,
+            "--budget",
+            "10m",
+            "-k",
+            "2",
+            "--db",
+            str(db),
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        scores[backend] = normalized(db)
+    docker_mean = sum(scores["docker"]) / 2
+    local_mean = sum(scores["local"]) / 2
+    assert all(value > 0.5 for value in scores["docker"] + scores["local"]), scores
+    assert abs(docker_mean - local_mean) < 0.5, scores  # timing noise on a shared 2-core machine
+    assert not [c for c in engine.containers() if c[3].get("rebench.environment") == "triton_cumsum"]
