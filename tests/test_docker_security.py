@@ -282,3 +282,38 @@ def test_sigkill_of_the_harness_then_gc_leaves_no_container(envs_dir: Path, tmp_
     while ours() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ours() == []
+
+
+def test_a_container_removed_mid_attempt_is_an_infrastructure_error_retried_once(
+    envs_dir: Path, tmp_path: Path
+) -> None:
+    from rebench.sandbox.docker import LABEL_OWNER
+
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [{"bash": "sleep 8"}, {"submit": None}]}))
+    db = tmp_path / "retry.db"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rebench.cli.app", "run", "--env", "vault", "--agent", "replay",
+         "--agent-arg", f"script={script}", "--profile", "tiny", "--budget", "3m", "--backend", "docker",
+         "--db", str(db)],
+        cwd=REPO, env={**os.environ, "REBENCH_ENVIRONMENTS": str(envs_dir)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    engine = docker_engine()
+    deadline = time.monotonic() + 120
+    victim: list[str] = []
+    while not victim and time.monotonic() < deadline and process.poll() is None:
+        victim = [c[0] for c in engine.containers()
+                  if c[3].get(LABEL_OWNER, "").split(":")[1:2] == [str(process.pid)]]
+        time.sleep(0.2)
+    assert victim, "no container appeared for the attempt"
+    time.sleep(3.0)  # inside `sleep 8`, after setup and the baseline score
+    engine.remove_container(victim[0])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("select id, status, error_source, retry_of from attempts order by id").fetchall()
+    assert len(rows) == 2, rows
+    (first_id, first_status, first_source, _), (_, second_status, _, retry_of) = rows
+    assert (first_status, first_source) == ("error", "infrastructure")
+    assert second_status == "done" and retry_of == first_id

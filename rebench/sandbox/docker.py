@@ -28,7 +28,7 @@ import socket
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -398,7 +398,7 @@ class DockerSandbox:
         if self._channel is not None:
             await self._channel.close()
         if self.container_id is not None:
-            with contextlib.suppress(SandboxError):
+            with contextlib.suppress(SandboxError, docker.errors.DockerException):
                 await asyncio.to_thread(self.engine.remove_container, self.container_id)
         self._container = None
 
@@ -589,11 +589,6 @@ class DockerSandbox:
                     _extract_safely(archive, dest, PurePosixPath(target).name)
 
         await asyncio.to_thread(get)
-
-
-def iter_attempt_containers(engine: DockerEngine) -> Iterator[tuple[str, str, str, dict[str, str]]]:
-    """Every container rebench made, on this engine."""
-    yield from engine.containers(LABEL_ATTEMPT)
 
 
 def engine_available(timeout: float = 3.0) -> bool:
