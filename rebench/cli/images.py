@@ -92,17 +92,20 @@ def gc_command(
     everything: Annotated[
         bool, typer.Option("--all", help="Also remove containers of attempts whose harness still runs.")
     ] = False,
+    images: Annotated[bool, typer.Option(
+        "--images", help="Also remove superseded rebench images (older builds of an environment).")] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Remove containers and volumes of attempts that are no longer running."""
     from rebench.images import collect_garbage
     from rebench.sandbox.docker import DockerEngine
 
-    report = collect_garbage(DockerEngine.connect(), everything=everything)
+    report = collect_garbage(DockerEngine.connect(), everything=everything, images=images)
     if json_output:
         print_json(report.model_dump())
         return
     console.print(
         f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s); "
         f"kept {len(report.kept_running)} of running attempts"
+        + (f"; removed {len(report.removed_images)} superseded image(s)" if images else "")
     )

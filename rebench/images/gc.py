@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from rebench.images.naming import LABEL_KIND
 from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_OWNER, DockerEngine, owner_alive
 
 
@@ -16,9 +17,10 @@ class GcReport(BaseModel):
     removed_containers: list[str] = Field(default_factory=list)
     kept_running: list[str] = Field(default_factory=list)
     removed_volumes: list[str] = Field(default_factory=list)
+    removed_images: list[str] = Field(default_factory=list)
 
 
-def collect_garbage(engine: DockerEngine, *, everything: bool = False) -> GcReport:
+def collect_garbage(engine: DockerEngine, *, everything: bool = False, images: bool = False) -> GcReport:
     report = GcReport()
     live_attempts: set[str] = set()
     for container_id, name, _status, labels in engine.containers(LABEL_ATTEMPT):
@@ -33,4 +35,31 @@ def collect_garbage(engine: DockerEngine, *, everything: bool = False) -> GcRepo
             continue
         if engine.remove_volume(volume):
             report.removed_volumes.append(volume)
+    if images:
+        report.removed_images = prune_images(engine)
     return report
+
+
+def prune_images(engine: DockerEngine) -> list[str]:
+    """Drop superseded images: all but the newest environment image per environment and
+    profile, and base images no longer tagged `latest` (the engine keeps any still in use)."""
+    newest: dict[tuple[str, str], tuple[str, str]] = {}
+    stale: list[str] = []
+    for image_id, tags, labels in engine.images(LABEL_KIND):
+        kind = labels.get(LABEL_KIND, "")
+        if kind == "environment":
+            key = (labels.get("rebench.environment", ""), labels.get("rebench.profile", ""))
+            created = engine.image_created(image_id)
+            if key in newest and newest[key][0] >= created:
+                stale.append(image_id)
+            else:
+                if key in newest:
+                    stale.append(newest[key][1])
+                newest[key] = (created, image_id)
+        elif kind.startswith("base-") and not any(tag.endswith(":latest") for tag in tags):
+            stale.append(image_id)
+    removed = []
+    for image_id in stale:
+        if engine.remove_image(image_id):
+            removed.append(image_id)
+    return removed

@@ -55,6 +55,7 @@ _USERS: dict[str, tuple[str, list[str]]] = {
     "root": ("root", []),
     "scorer": ("agent", ["protected"]),
 }
+OPERATION_TIMEOUT_S = 600
 _REPLY_MARGIN_S = 30.0
 """How long past a command's own timeout we wait for the server before calling the sandbox dead."""
 
@@ -95,6 +96,9 @@ class DockerEngine:
             client.ping()
         except Exception as exc:
             raise SandboxError(f"no Docker engine answers ({type(exc).__name__}: {exc})") from None
+        # Answering quickly was the test; real calls (removing a GB-sized image, creating a
+        # container on a loaded host) may take far longer.
+        client.api.timeout = OPERATION_TIMEOUT_S
         return cls(client)
 
     @staticmethod
@@ -173,9 +177,16 @@ class DockerEngine:
             for i in self.client.images.list(filters={"label": label})
         ]
 
-    def remove_image(self, ref: str) -> None:
-        with contextlib.suppress(docker.errors.ImageNotFound, docker.errors.APIError):
+    def image_created(self, ref: str) -> str:
+        return str(self.client.images.get(ref).attrs.get("Created", ""))
+
+    def remove_image(self, ref: str) -> bool:
+        """Remove an image unless a container or a child image still uses it."""
+        try:
             self.client.images.remove(ref, noprune=False)
+        except (docker.errors.ImageNotFound, docker.errors.APIError):
+            return False
+        return True
 
     # -- containers ----------------------------------------------------------
     def containers(self, label: str = LABEL_ATTEMPT) -> list[tuple[str, str, str, dict[str, str]]]:
