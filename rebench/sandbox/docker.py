@@ -109,6 +109,12 @@ class DockerEngine:
             return False
         return True
 
+    def cpu_count(self) -> int:
+        """CPUs of the engine's host (a container may not ask for more)."""
+        if not hasattr(self, "_ncpu"):
+            self._ncpu = int(self.client.info().get("NCPU") or os.cpu_count() or 1)
+        return self._ncpu
+
     # -- images --------------------------------------------------------------
     def image_id(self, tag: str) -> str | None:
         try:
@@ -322,7 +328,7 @@ class DockerSandbox:
         host_config = client.api.create_host_config(
             auto_remove=True,
             network_mode="bridge" if self._network else "none",
-            nano_cpus=int(spec.cpus * 1e9),
+            nano_cpus=int(min(spec.cpus, self.engine.cpu_count()) * 1e9),
             mem_limit=memory,
             memswap_limit=memory,
             pids_limit=spec.max_processes,
