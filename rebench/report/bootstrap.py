@@ -43,6 +43,7 @@ class ScoreAtK:
     mean_point: FloatArray  # (K,)
     mean_low: FloatArray
     mean_high: FloatArray
+    mean_replicates: FloatArray  # (n_bootstrap, K): the equal-weight average of each replicate
 
 
 def _interval(replicates: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -95,4 +96,5 @@ def bootstrap_score_at_k(
         mean_point=per_env_point.mean(axis=0),
         mean_low=mean_low,
         mean_high=mean_high,
+        mean_replicates=mean_reps,
     )

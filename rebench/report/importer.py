@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from rebench.errors import RebenchError
 from rebench.report.known_environments import METR_FAMILY_PREFIX, EnvironmentInfo, default_info
@@ -153,6 +154,22 @@ def import_metr_runs(store: Store, path: Path, info: EnvironmentInfo | None = No
         raise RebenchError(f"{path}: no such file (expected METR's run-level export, JSON Lines)")
     sha256 = file_sha256(path)
     rows, skipped = parse_metr_runs(path, info or default_info())
+    try:
+        new = _store_rows(store, sha256, rows)
+    except SQLAlchemyError as exc:
+        reason = str(exc.orig) if getattr(exc, "orig", None) is not None else type(exc).__name__
+        raise RebenchError(f"{path}: could not write the import ({reason}); nothing was imported") from None
+    return ImportSummary(
+        path=str(path),
+        sha256=sha256,
+        added=len(new),
+        already_present=len(rows) - len(new),
+        skipped_other_suites=skipped,
+    )
+
+
+def _store_rows(store: Store, sha256: str, rows: list[_Row]) -> list[_Row]:
+    """Insert the rows not imported before, in one transaction; return them."""
     with store.session() as session:
         present = set(session.scalars(select(Attempt.import_row).where(Attempt.import_sha256 == sha256)))
         new = [row for row in rows if row.line not in present]
@@ -176,10 +193,4 @@ def import_metr_runs(store: Store, path: Path, info: EnvironmentInfo | None = No
             )
             for row in new
         )
-    return ImportSummary(
-        path=str(path),
-        sha256=sha256,
-        added=len(new),
-        already_present=len(rows) - len(new),
-        skipped_other_suites=skipped,
-    )
+    return new
