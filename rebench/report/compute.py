@@ -23,6 +23,7 @@ from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.percentiles import human_percentile_curve, locate_on_curve
 
 ALL = "all"
+CURVE_MAX_TOTAL_S = 64 * 3600.0  # the plot's x range: the paper's budgets up to Claude's 30min@128
 
 
 class ReportSettings(BaseModel):
@@ -286,7 +287,10 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
     for key in sorted(all_groups):
         runs = all_groups[key]
         rows.extend(builder.group(key, runs, totals))
-        curve_totals = sorted({k * key[2] for k in CURVE_KS} | {t for t in totals if t < key[2]})
+        cap = max(CURVE_MAX_TOTAL_S, *totals)
+        curve_totals = sorted(
+            {k * key[2] for k in CURVE_KS if k * key[2] <= cap} | {t for t in totals if t < key[2]}
+        )
         curves.extend(r for r in builder.group(key, runs, curve_totals) if r.environment == ALL)
     _mark_best(rows)
     run_ids = {r.attempt_id for r in data.runs}

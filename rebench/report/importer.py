@@ -157,7 +157,8 @@ def import_metr_runs(store: Store, path: Path, info: EnvironmentInfo | None = No
     try:
         new = _store_rows(store, sha256, rows)
     except SQLAlchemyError as exc:
-        reason = str(exc.orig) if getattr(exc, "orig", None) is not None else type(exc).__name__
+        orig = getattr(exc, "orig", None)
+        reason = str(orig) if orig is not None else type(exc).__name__
         raise RebenchError(f"{path}: could not write the import ({reason}); nothing was imported") from None
     return ImportSummary(
         path=str(path),

@@ -20,6 +20,12 @@ from rebench.report.known_environments import EnvironmentInfo, default_info
 HUMAN_COLOR = "black"
 
 
+def _palette() -> list[tuple[float, ...]]:
+    """Twenty distinct colours: the paired tab20 shades, dark ones first."""
+    colors = list(plt.get_cmap("tab20").colors)  # type: ignore[attr-defined]
+    return (colors[0::2] + colors[1::2]) * 3
+
+
 def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -41,7 +47,7 @@ def score_vs_budget(report: Report) -> bytes | None:
         return None
     max_envs = max(row.envs for row in report.curves)
     figure, axes = plt.subplots(figsize=(9, 5.5))
-    colors = iter(plt.get_cmap("tab10").colors * 4)  # type: ignore[attr-defined]
+    colors = iter(_palette())
     for (agent, source, budget_s), rows in sorted(curves.items()):
         rows.sort(key=lambda r: r.total_s)
         color = HUMAN_COLOR if agent == HUMAN_AGENT else next(colors)
@@ -90,7 +96,7 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
     envs = sorted({row.environment for rows in groups.values() for row in rows})
     figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(envs)), 5))
     width = 0.8 / len(groups)
-    colors = iter(plt.get_cmap("tab10").colors * 4)  # type: ignore[attr-defined]
+    colors = iter(_palette())
     for g, ((agent, source), rows) in enumerate(sorted(groups.items())):
         by_env = {row.environment: row for row in rows}
         xs = [i + g * width - 0.4 + width / 2 for i, env in enumerate(envs) if env in by_env]
