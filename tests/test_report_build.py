@@ -52,6 +52,8 @@ def _attempt(
 ) -> Attempt:
     fields: dict[str, object] = {"status": "done", "profile": "tiny", "source": "own"}
     fields.update(extra)
+    if fields["source"] == "own" and final is not None:
+        fields.setdefault("final_raw", 10 * final)  # own attempts are normalized from raw: anchors 0 -> 10
     attempt = Attempt(environment=env, agent=agent, budget_s=budget_s, final_normalized=final, **fields)
     for working_s, raw, valid in log:
         attempt.score_events.append(ScoreEvent(working_s=working_s, raw=raw, valid=valid))
@@ -90,10 +92,11 @@ def store(tmp_path: Path) -> Store:
         )
         _attempt(s, "hidden", "a", 7200, 0.2, campaign_id=c)
         _attempt(s, "hidden", "a", 7200, 0.6, campaign_id=c)
-        # an agent-caused error counts; infrastructure errors and uncounted retries do not
+        # errors count with what they scored; interrupted attempts and uncounted (retried) ones do not
         _attempt(s, "hidden", "a", 7200, None, status="error", error_source="agent", campaign_id=c)
-        _attempt(s, "hidden", "a", 7200, 0.9, status="error", error_source="infrastructure", campaign_id=c)
+        _attempt(s, "hidden", "a", 7200, 0.9, status="interrupted", error_source="user", campaign_id=c)
         _attempt(s, "hidden", "a", 7200, 0.9, counted=False, campaign_id=c)
+        _attempt(s, "hidden", "a", 7200, 0.9, status="running", campaign_id=c)
         _attempt(s, "toy", "b", 1800, 0.3, campaign_id=other.id)
         _attempt(s, "toy", "x", 1800, 0.95, source="imported", anchors_kind="imported")
         # humans: 8 h attempts, two with a score log
@@ -123,7 +126,7 @@ def test_report_numbers(store: Store, info: EnvironmentInfo) -> None:
     cut = _one(report, agent="a", environment="toy", total_s=1800)
     assert cut.truncated and cut.n == 2 and cut.point == pytest.approx(0.1)
     assert not _rows(report, agent="a", environment="hidden", total_s=1800)  # no logs there
-    # whole attempts: k = 1 is the mean, the recomputed raw score 6 counts as 0.6
+    # whole attempts: k = 1 is the mean; the raw score 6 counts as 0.6 (raw is the truth, not the stored 0.1)
     assert _one(report, agent="a", environment="toy", total_s=7200).point == pytest.approx(0.55)
     # k = 4 >= n: the max; the hidden-score environment stays at the mean (0.2, 0.6 and the error's 0)
     assert _one(report, agent="a", environment="toy", total_s=28800).point == pytest.approx(0.6)

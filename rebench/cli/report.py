@@ -1,4 +1,9 @@
-"""`rebench report`: score@k by total time budget, against human experts, as tables, JSON and files."""
+"""`rebench report`: score@k by total time budget, against human experts, as tables, JSON and files.
+
+Also the per-attempt summary (environment x agent x per-attempt budget with n, mean
+and best normalized score, and which anchors normalized them). Own attempts are
+normalized from their raw score with the anchors in force (see rebench.calibration).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
+from rebench.errors import RebenchError
 from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
 from rebench.report.data import Filters
 from rebench.report.render import print_terminal, report_json, write_outputs
@@ -51,10 +57,13 @@ def report_command(
         store.close()
     if report is None:
         if json_output:
-            print_json({"settings": settings.model_dump(), "rows": [], "standings": [], "notes": []})
-        else:
-            console.print("no finished attempts match these filters")
-        return
+            empty: dict[str, object] = {"settings": settings.model_dump(), "rows": [], "standings": []}
+            print_json({**empty, "summary": [], "notes": []})
+            return
+        raise RebenchError(
+            "no finished attempts match these filters; run `rebench run ...` or "
+            "`rebench import metr-runs FILE` first"
+        )
     if out is not None:
         written = write_outputs(report, out)
     if json_output:

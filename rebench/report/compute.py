@@ -79,6 +79,9 @@ class AttemptSummary(BaseModel):
     n: int
     mean: float
     best: float
+    anchors: str = Field(
+        description="kinds of anchors behind the normalized scores: declared, calibrated, imported"
+    )
 
 
 class HumanSummary(BaseModel):
@@ -215,20 +218,21 @@ def _mark_best(rows: list[ScoreRow]) -> None:
 
 
 def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
-    groups: dict[tuple[str, str, str, float], list[float]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, float], list[RunRecord]] = defaultdict(list)
     for run in runs:
-        groups[(run.environment, run.agent, run.source, run.budget_s)].append(run.score)
+        groups[(run.environment, run.agent, run.source, run.budget_s)].append(run)
     return [
         AttemptSummary(
             environment=env,
             agent=agent,
             source=source,
             budget_s=budget,
-            n=len(v),
-            mean=float(np.mean(v)),
-            best=max(v),
+            n=len(members),
+            mean=float(np.mean([r.score for r in members])),
+            best=max(r.score for r in members),
+            anchors=",".join(sorted({r.anchors for r in members})),
         )
-        for (env, agent, source, budget), v in sorted(groups.items())
+        for (env, agent, source, budget), members in sorted(groups.items())
     ]
 
 

@@ -1,23 +1,23 @@
 """Reading attempts out of the store as normalized run scores (the report only reads).
 
-An attempt counts when it finished (`done` or `limit`), or failed through the agent's
-own fault (`error` with error source `agent`, scoring what it had, else 0), and is
-marked counted (retried infrastructure failures are not). Its score is the stored
-normalized final score; for own attempts without one it is recomputed from the raw
-final score and the environment's anchors. Attempts with a score log also carry their
-score-over-time curve, which lets an attempt stand in for a shorter one.
-"""
+An attempt counts when it finished (`done`, `limit` or `error`, scoring what it had)
+and is marked counted (an infrastructure failure that was retried is not); an
+interrupted attempt says nothing about the agent. Own attempts are normalized from
+their raw final score with the anchors in force (calibrated on this hardware, else
+declared); imported ones carry METR's normalized score. Attempts with a score log
+also carry their score-over-time curve, which lets an attempt stand in for a
+shorter one."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import or_, select
 
-from rebench.environments.metadata import Anchors, Profile
+from rebench.calibration import ResolvedAnchors, resolve_anchors
+from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
@@ -26,6 +26,7 @@ from rebench.store import Attempt, ScoreEvent, Store
 SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"
 HUMAN_ATTEMPT_S = 28800.0
+COUNTED_STATUSES = ("done", "limit", "error")  # finished; an interrupted attempt says nothing
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RunRecord:
     source: str
     budget_s: float
     score: float
+    anchors: str = "declared"  # declared | calibrated | imported | stored
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
 
@@ -78,47 +80,37 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def _resolve_anchors(environment: str, profile_name: str, profile: Profile) -> Anchors:
-    """Calibrated anchors when the calibration module provides them, else the declared ones."""
-    try:
-        calibration = importlib.import_module("rebench.calibration")
-    except ImportError:
-        return profile.anchors
-    resolver = getattr(calibration, "resolve_anchors", None)
-    if resolver is None:
-        return profile.anchors
-    try:
-        resolved: Any = resolver(environment, profile_name)
-    except Exception:  # an absent calibration must not break a report of finished work
-        return profile.anchors
-    return resolved if isinstance(resolved, Anchors) else getattr(resolved, "anchors", profile.anchors)
-
-
 class _Normalizer:
     """Per (environment, profile): direction, final rule and anchors, looked up once."""
 
-    def __init__(self, info: EnvironmentInfo) -> None:
+    def __init__(self, store: Store, info: EnvironmentInfo) -> None:
+        self.store = store
         self.info = info
-        self._cache: dict[tuple[str, str], tuple[Profile, Anchors] | None] = {}
+        self._cache: dict[tuple[str, str], tuple[Profile, ResolvedAnchors] | None] = {}
 
-    def spec(self, environment: str, profile: str) -> tuple[Profile, Anchors] | None:
+    def spec(self, environment: str, profile: str) -> tuple[Profile, ResolvedAnchors] | None:
+        """Direction, final rule and anchors in force (calibrated here, else declared)."""
         key = (environment, profile)
         if key not in self._cache:
             env = self.info.folder(environment)
             if env is None or profile not in env.metadata.profiles:
                 self._cache[key] = None
             else:
-                spec = env.profile(profile)
-                self._cache[key] = (spec, _resolve_anchors(environment, profile, spec))
+                self._cache[key] = (env.profile(profile), resolve_anchors(self.store, env, profile))
         return self._cache[key]
 
-    def final(self, attempt: Attempt) -> float:
-        if attempt.final_normalized is not None:
-            return max(0.0, float(attempt.final_normalized))
-        spec = self.spec(attempt.environment, attempt.profile)
-        if spec is None or attempt.final_raw is None:
-            return 0.0
-        return normalize(attempt.final_raw, spec[1].start, spec[1].reference)
+    def final(self, attempt: Attempt) -> tuple[float, str]:
+        """The normalized final score and the kind of anchors behind it.
+
+        Own attempts are normalized from the raw score (the source of truth) with the
+        anchors in force; without the environment folder the stored value is used.
+        """
+        spec = self.spec(attempt.environment, attempt.profile) if attempt.source == "own" else None
+        if spec is not None:
+            return normalize(attempt.final_raw, spec[1].start, spec[1].reference), spec[1].kind
+        stored = attempt.final_normalized
+        kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
+        return (max(0.0, float(stored)) if stored is not None else 0.0), kind
 
     def curve(self, attempt: Attempt, events: list[ScoreEvent]) -> tuple[ScorePoint, ...] | None:
         spec = self.spec(attempt.environment, attempt.profile)
@@ -128,7 +120,7 @@ class _Normalizer:
         points: list[ScorePoint] = []
         standing: float | None = None
         for event in events:
-            if not event.valid or event.raw is None or event.kind == "baseline":
+            if not event.valid or event.raw is None or event.kind != "intermediate":  # as the runner's final
                 continue
             raw = float(event.raw)
             if standing is None or profile.final_score == "last":
@@ -142,18 +134,19 @@ class _Normalizer:
 
 
 def _counted(query: Any) -> Any:
-    return query.where(
-        Attempt.counted.is_(True),
-        or_(
-            Attempt.status.in_(("done", "limit")),
-            (Attempt.status == "error") & (Attempt.error_source == "agent"),
-        ),
-    )
+    return query.where(Attempt.counted.is_(True), Attempt.status.in_(COUNTED_STATUSES))
+
+
+def agent_label(attempt: Attempt) -> str:
+    """Own attempts are told apart by model too (`modular/claude-...`); METR's alias already names it."""
+    if attempt.source == "own" and attempt.model and attempt.agent != HUMAN_AGENT:
+        return f"{attempt.agent}/{attempt.model}"
+    return attempt.agent
 
 
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
     info = info or default_info()
-    normalizer = _Normalizer(info)
+    normalizer = _Normalizer(store, info)
     with store.session() as session:
         query = _counted(select(Attempt))
         if filters.environments:
@@ -162,7 +155,10 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
         if filters.campaigns:
             query = query.where(Attempt.campaign_id.in_(list(filters.campaigns)))
         if filters.agents:
-            query = query.where(Attempt.agent.in_(list(filters.agents)))
+            wanted = list(filters.agents)
+            query = query.where(
+                or_(Attempt.agent.in_(wanted), (Attempt.agent + "/" + Attempt.model).in_(wanted))
+            )
         if filters.source:
             query = query.where(Attempt.source == filters.source)
         attempts = list(session.scalars(query.order_by(Attempt.id)))
@@ -180,13 +176,15 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 events.setdefault(event.attempt_id, []).append(event)
 
         def record(attempt: Attempt) -> RunRecord:
+            score, anchors = normalizer.final(attempt)
             return RunRecord(
                 attempt_id=attempt.id,
                 environment=attempt.environment,
-                agent=attempt.agent,
+                agent=agent_label(attempt),
                 source=attempt.source,
                 budget_s=float(attempt.budget_s),
-                score=normalizer.final(attempt),
+                score=score,
+                anchors=anchors,
                 campaign_id=attempt.campaign_id,
                 curve=normalizer.curve(attempt, events.get(attempt.id, [])),
             )

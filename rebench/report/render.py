@@ -131,7 +131,7 @@ def _tables(
     tables.append(
         (
             "attempts per environment, agent and per-attempt budget (normalized scores)",
-            ["environment", "agent", "source", "budget", "n", "mean", "best"],
+            ["environment", "agent", "source", "budget", "n", "mean", "best", "anchors"],
             [
                 [
                     a.environment,
@@ -141,6 +141,7 @@ def _tables(
                     str(a.n),
                     _f(a.mean),
                     _f(a.best),
+                    a.anchors,
                 ]
                 for a in report.summary
             ],
@@ -177,15 +178,36 @@ def _humans_table(report: Report, info: EnvironmentInfo) -> tuple[str, list[str]
     return ("human 8 h attempts: this store vs the paper", ["", "this store", PAPER_CITATION], rows)
 
 
+PIPED_WIDTH = 160  # piped output is read in files and pagers; do not squeeze the tables to 80 columns
+
+
+def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    if "source" not in header:
+        return header, rows
+    i = header.index("source")
+    if len({row[i] for row in rows}) > 1:
+        return header, rows
+    return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
+
+
 def print_terminal(
     report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None
 ) -> None:
     info = info or default_info()
+    if not console.is_terminal and console.width < PIPED_WIDTH:
+        console = Console(width=PIPED_WIDTH, file=console.file, highlight=False)
     console.print(settings_line(report))
-    for title, header, rows in _tables(report, by_env, info):
+    sources = sorted({r.source for r in report.rows})
+    if len(sources) == 1:
+        console.print(f"all attempts below are {sources[0]}")
+    for title, full_header, full_rows in _tables(report, by_env, info):
+        header, rows = (
+            _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
+        )
         table = Table(title=title, title_justify="left")
         for column in header:
-            table.add_column(column, justify="right" if column in {"n", "min n", "envs", "score"} else "left")
+            numeric = column in {"n", "min n", "envs", "score", "mean", "best", "human percentile"}
+            table.add_column(column, justify="right" if numeric else "left", no_wrap=column == "95% interval")
         for row in rows:
             table.add_row(*row)
         console.print(table)
@@ -198,6 +220,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "settings": report.settings.model_dump(),
         "rows": [row.model_dump() for row in report.rows],
         "standings": [s.model_dump() for s in report.standings],
+        "summary": [a.model_dump() for a in report.summary],
         "notes": report.notes,
     }
 
