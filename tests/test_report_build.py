@@ -212,3 +212,30 @@ def test_loaded_curve_follows_the_final_rule(store: Store, info: EnvironmentInfo
     first = next(r for r in logged if r.score == 0.5)
     assert [p.normalized for p in first.curve or ()] == pytest.approx([0.2, 0.5, 0.5])  # best so far
     assert first.score_at(599) == 0.0 and first.score_at(3000) == pytest.approx(0.5)
+
+
+def test_calibrated_anchors_and_model_labels(store: Store, info: EnvironmentInfo) -> None:
+    """Own scores follow the anchors calibrated on this machine; own agents are told apart by model."""
+    from rebench.calibration import hardware_fingerprint
+    from rebench.store import Calibration
+
+    with store.session() as s:
+        s.add(
+            Calibration(
+                environment="toy",
+                env_version="1",
+                profile="tiny",
+                hardware=hardware_fingerprint().key,
+                start_raw=0.0,
+                reference_raw=5.0,
+            )
+        )
+        _attempt(s, "toy", "modular", 1800, 0.2, model="m1")  # raw 2 -> 0.4 on the calibrated scale
+    report = make_report(store, Filters(agents=["modular"]), settings_from_options(n_bootstrap=20), info)
+    assert report is not None
+    row = _one(report, agent="modular/m1", environment="toy", total_s=1800)
+    assert row.point == pytest.approx(0.4)
+    summary = next(a for a in report.summary if a.agent == "modular/m1")
+    assert summary.anchors == "calibrated" and summary.mean == pytest.approx(0.4)
+    hidden_summary = next(a for a in report.summary if a.agent == "human" and a.environment == "hidden")
+    assert hidden_summary.anchors == "imported"
