@@ -305,6 +305,12 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
             f"{high} imported runs score above 2; the paper never saw normalized scores above 2 and "
             "zeroed runs it judged to be cheating, which METR's export does not always do"
         )
+    own_profiles = sorted({r.profile for r in data.runs if r.source == "own" and r.profile != "paper"})
+    if own_profiles and any(r.source == "imported" for r in data.runs + data.humans):
+        notes.append(
+            f"own attempts ran the {', '.join(own_profiles)} profile(s) while imported METR runs used the "
+            "paper's setup; comparisons across the two are indicative only"
+        )
     return Report(
         settings=settings,
         rows=rows,

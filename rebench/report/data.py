@@ -46,6 +46,7 @@ class RunRecord:
     budget_s: float
     score: float
     anchors: str = "declared"  # declared | calibrated | imported | stored
+    profile: str = ""
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
 
@@ -185,6 +186,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 budget_s=float(attempt.budget_s),
                 score=score,
                 anchors=anchors,
+                profile=attempt.profile,
                 campaign_id=attempt.campaign_id,
                 curve=normalizer.curve(attempt, events.get(attempt.id, [])),
             )

@@ -125,7 +125,10 @@ def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> byte
     figure, axes_list = plt.subplots(len(envs), 1, figsize=(8, 3 * len(envs)), squeeze=False)
     agents = sorted({r.agent for r in logged})
     palette = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
-    colors = {agent: palette[i % len(palette)] for i, agent in enumerate(agents)}
+    colors = {
+        agent: palette[i % len(palette)] for i, agent in enumerate(a for a in agents if a != HUMAN_AGENT)
+    }
+    colors[HUMAN_AGENT] = HUMAN_COLOR
     for axes, env in zip(axes_list[:, 0], envs, strict=True):
         seen: set[str] = set()
         for run in (r for r in logged if r.environment == env):
