@@ -57,8 +57,7 @@ def report_command(
         store.close()
     if report is None:
         if json_output:
-            empty: dict[str, object] = {"settings": settings.model_dump(), "rows": [], "standings": []}
-            print_json({**empty, "summary": [], "notes": []})
+            print_json([])
             return
         raise RebenchError(
             "no finished attempts match these filters; run `rebench run ...` or "

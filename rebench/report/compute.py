@@ -37,7 +37,11 @@ class ReportSettings(BaseModel):
 
 
 class ScoreRow(BaseModel):
-    """One estimate: one environment (or `all`, the equal-weight average) at one allocation."""
+    """One estimate: one environment (or `all`, the equal-weight average) at one allocation.
+
+    Each row is self-describing (estimator, resamples, seed), so `--json` and the CSV are
+    just a list of rows. `n`, `mean` and `best` describe the run scores behind the estimate.
+    """
 
     environment: str
     agent: str
@@ -47,14 +51,22 @@ class ScoreRow(BaseModel):
     total_s: float = Field(description="total budget per environment: k x per-attempt, or the cut length")
     truncated: bool = False
     estimator: str
+    n_bootstrap: int
+    seed: int
     best_of_k: str = Field(description="max, mean (score hidden), or mixed for `all`")
     point: float
-    low: float
-    high: float
+    low: float = Field(description="2.5th percentile of the bootstrap replicates")
+    high: float = Field(description="97.5th percentile of the bootstrap replicates")
     n: int = Field(description="runs used (summed over environments for `all`)")
     min_n: int = Field(description="fewest runs of any environment; k above it is capped there")
     envs: int
-    best: bool = False
+    mean: float = Field(description="mean run score (for `all`: averaged over environments)")
+    best: float = Field(description="best run score (for `all`: averaged over environments)")
+    anchors: str = Field(description="anchors behind the scores: declared, calibrated, imported")
+    best_allocation: bool = Field(False, description="the highest estimate at this total budget")
+    human_percentile: float | None = Field(
+        None, description="for an agent's best `all` row: the human 8 h percentile it matches"
+    )
 
 
 class Standing(BaseModel):
@@ -123,13 +135,24 @@ def _by_env(values: Iterable[tuple[str, float]]) -> dict[str, list[float]]:
     return dict(out)
 
 
+def _kinds_by_env(values: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for env, kind in values:
+        out[env].add(kind)
+    return dict(out)
+
+
 class _Builder:
     def __init__(self, settings: ReportSettings, info: EnvironmentInfo) -> None:
         self.settings = settings
         self.info = info
 
     def rows(
-        self, key: GroupKey, scores: dict[str, list[float]], allocations: Sequence[Allocation]
+        self,
+        key: GroupKey,
+        scores: dict[str, list[float]],
+        allocations: Sequence[Allocation],
+        anchors: dict[str, str],
     ) -> list[ScoreRow]:
         """Per-environment and `all` rows for allocations that share one set of scores."""
         agent, source, _ = key
@@ -149,6 +172,9 @@ class _Builder:
         modes = {data[env].best_of_k for env in result.environments}
         mode = next(iter(modes)) if len(modes) == 1 else "mixed"
         counts = [len(scores[env]) for env in result.environments]
+        means = [float(np.mean(scores[env])) for env in result.environments]
+        bests = [float(np.max(scores[env])) for env in result.environments]
+        kinds = [anchors.get(env, "") for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -159,6 +185,8 @@ class _Builder:
                 "total_s": alloc.total_s,
                 "truncated": alloc.truncated,
                 "estimator": self.settings.estimator,
+                "n_bootstrap": self.settings.n_bootstrap,
+                "seed": self.settings.seed,
             }
             for i, env in enumerate(result.environments):
                 rows.append(
@@ -171,6 +199,9 @@ class _Builder:
                         n=counts[i],
                         min_n=counts[i],
                         envs=1,
+                        mean=means[i],
+                        best=bests[i],
+                        anchors=kinds[i],
                         **common,
                     )
                 )
@@ -184,6 +215,9 @@ class _Builder:
                     n=sum(counts),
                     min_n=min(counts),
                     envs=len(counts),
+                    mean=float(np.mean(means)),
+                    best=float(np.mean(bests)),
+                    anchors=",".join(sorted(set(",".join(kinds).split(",")) - {""})),
                     **common,
                 )
             )
@@ -193,16 +227,20 @@ class _Builder:
         budget_s = key[2]
         whole: list[Allocation] = []
         cut: list[Allocation] = []
-        for total in totals:
+        anchors = {
+            env: ",".join(sorted(kinds))
+            for env, kinds in _kinds_by_env((r.environment, r.anchors) for r in runs).items()
+        }
+        for total in sorted({budget_s, *totals}):  # an attempt's own length is always an allocation
             alloc = allocation_for(total, budget_s)
             if alloc is None:
                 continue
             (cut if alloc.truncated else whole).append(alloc)
-        rows = self.rows(key, _by_env((r.environment, r.score) for r in runs), whole)
+        rows = self.rows(key, _by_env((r.environment, r.score) for r in runs), whole, anchors)
         for alloc in cut:
             logged = ((r.environment, r.score_at(alloc.total_s)) for r in runs)
             scores = _by_env((env, value) for env, value in logged if value is not None)
-            rows.extend(self.rows(key, scores, [alloc]))
+            rows.extend(self.rows(key, scores, [alloc], anchors))
         return rows
 
 
@@ -214,7 +252,7 @@ def _mark_best(rows: list[ScoreRow]) -> None:
         if key not in best or row.point > best[key].point:
             best[key] = row
     for row in best.values():
-        row.best = True
+        row.best_allocation = True
 
 
 def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
@@ -250,18 +288,26 @@ def _human_summary(humans: list[RunRecord]) -> HumanSummary | None:
     )
 
 
-def _standings(
-    rows: list[ScoreRow], runs_by_group: dict[GroupKey, list[RunRecord]], humans: list[RunRecord]
-) -> list[Standing]:
+def _allocation_key(row: ScoreRow) -> tuple[str, str, float, int, float, bool]:
+    return (row.agent, row.source, row.budget_s, row.k, row.total_s, row.truncated)
+
+
+def _standings(rows: list[ScoreRow], humans: list[RunRecord]) -> list[Standing]:
+    """Locate each agent's best `all` row among the human 8 h scores of the same environments."""
     human_scores = _by_env((h.environment, h.score) for h in humans)
+    envs_of: dict[tuple[str, str, float, int, float, bool], set[str]] = defaultdict(set)
+    for row in rows:
+        if row.environment != ALL:
+            envs_of[_allocation_key(row)].add(row.environment)
     out = []
     for row in rows:
-        if row.environment != ALL or not row.best or row.agent == HUMAN_AGENT:
+        if row.environment != ALL or not row.best_allocation or row.agent == HUMAN_AGENT:
             continue
-        envs = {r.environment for r in runs_by_group[(row.agent, row.source, row.budget_s)]}
+        envs = envs_of[_allocation_key(row)]
         if not envs or not envs <= set(human_scores):
             continue  # the human curve must cover the same environments as the agent's average
         curve = human_percentile_curve({env: human_scores[env] for env in sorted(envs)})
+        row.human_percentile = locate_on_curve(row.point, curve)
         out.append(
             Standing(
                 agent=row.agent,
@@ -269,7 +315,7 @@ def _standings(
                 total_s=row.total_s,
                 allocation=Allocation(row.budget_s, row.k, row.total_s, row.truncated).label,
                 point=row.point,
-                human_percentile=locate_on_curve(row.point, curve),
+                human_percentile=row.human_percentile,
                 envs=row.envs,
             )
         )
@@ -315,7 +361,7 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         settings=settings,
         rows=rows,
         curves=curves,
-        standings=_standings(rows, all_groups, data.humans),
+        standings=_standings(rows, data.humans),
         summary=_summaries(data.runs + [h for h in data.humans if h.attempt_id not in run_ids]),
         humans=_human_summary(data.humans),
         data=data,

@@ -72,7 +72,7 @@ def best_allocation_rows(report: Report, total_s: float) -> dict[tuple[str, str]
     best = {
         (r.agent, r.source): r
         for r in report.rows
-        if r.environment == ALL and r.best and r.total_s == total_s
+        if r.environment == ALL and r.best_allocation and r.total_s == total_s
     }
     out: dict[tuple[str, str], list[ScoreRow]] = defaultdict(list)
     for row in report.rows:

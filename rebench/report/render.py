@@ -57,7 +57,17 @@ def _tables(
     tables.append(
         (
             "score@k averaged over environments, by total budget (* = best allocation at that total)",
-            ["agent", "source", "total", "allocation", "envs", "min n", "score", "95% interval", "best"],
+            [
+                "agent",
+                "source",
+                "total",
+                "allocation",
+                "envs",
+                "min n",
+                "score",
+                "95% interval",
+                "best alloc",
+            ],
             [
                 [
                     r.agent,
@@ -68,7 +78,7 @@ def _tables(
                     str(r.min_n),
                     _f(r.point),
                     f"{_f(r.low)}-{_f(r.high)}",
-                    "*" if r.best else "",
+                    "*" if r.best_allocation else "",
                 ]
                 for r in _sorted_rows(overall)
             ],
@@ -103,7 +113,7 @@ def _tables(
                         str(r.n),
                         _f(r.point),
                         f"{_f(r.low)}-{_f(r.high)}",
-                        "*" if r.best else "",
+                        "*" if r.best_allocation else "",
                     ]
                     for r in per_env
                 ],
@@ -215,14 +225,9 @@ def print_terminal(
         console.print(f"note: {note}")
 
 
-def report_json(report: Report) -> dict[str, Any]:
-    return {
-        "settings": report.settings.model_dump(),
-        "rows": [row.model_dump() for row in report.rows],
-        "standings": [s.model_dump() for s in report.standings],
-        "summary": [a.model_dump() for a in report.summary],
-        "notes": report.notes,
-    }
+def report_json(report: Report) -> list[dict[str, Any]]:
+    """`--json`: the report's rows, each self-describing (see ScoreRow)."""
+    return [row.model_dump() for row in report.rows]
 
 
 def _markdown(report: Report, info: EnvironmentInfo) -> str:
