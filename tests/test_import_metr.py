@@ -139,3 +139,26 @@ def test_write_failure_rolls_back_the_whole_import(tmp_path: Path) -> None:
     with pytest.raises(RebenchError, match="nothing was imported"):
         import_metr_runs(store, path)
     assert _count(store) == 0
+
+
+def test_environment_folder_names_the_family(tmp_path: Path) -> None:
+    """A folder whose metadata claims a METR family wins over the built-in table and the prefix rule."""
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.report.known_environments import EnvironmentInfo
+
+    folder = tmp_path / "envs" / "kernel"
+    folder.mkdir(parents=True)
+    (folder / "environment.toml").write_text(
+        'name = "kernel"\ntitle = "K"\nversion = "1"\nsummary = "s"\nmetr_task_family = "ai_rd_triton_cumsum"\n'
+        '[profiles.tiny]\ndirection = "lower"\nfinal_score = "best"\nanchors = { start = 2.0, reference = 1.0 }\n'
+    )
+    info = EnvironmentInfo(EnvironmentRegistry(tmp_path / "envs"))
+    path = _write(
+        tmp_path / "runs.jsonl",
+        [_row(), _row(task_family="ai_rd_fix_embedding"), _row(task_family="ai_rd_new_thing")],
+    )
+    store = Store(tmp_path / "r.db")
+    import_metr_runs(store, path, info)
+    with store.session() as s:
+        names = list(s.scalars(select(Attempt.environment).order_by(Attempt.import_row)))
+    assert names == ["kernel", "fix_embedding", "new_thing"]

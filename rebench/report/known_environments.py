@@ -8,7 +8,6 @@ environment whose score the agent cannot see (best-of-k is then a random pick).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
@@ -51,18 +50,28 @@ class EnvironmentInfo:
     def __init__(self, registry: EnvironmentRegistry | None = None) -> None:
         self.registry = registry or EnvironmentRegistry()
         self._folders: dict[str, Environment | None] = {}
+        self._names: list[str] | None = None
+        self._families: dict[str, str] = {}
+
+    def names(self) -> list[str]:
+        if self._names is None:
+            self._names = self.registry.names()
+        return self._names
 
     def folder(self, name: str) -> Environment | None:
         if name not in self._folders:
-            self._folders[name] = self.registry.get(name) if name in self.registry.names() else None
+            self._folders[name] = self.registry.get(name) if name in self.names() else None
         return self._folders[name]
 
     def name_for_family(self, family: str) -> str:
         """Our environment name for a METR task family (`ai_rd_triton_cumsum` -> `triton_cumsum`)."""
-        for name in self.registry.names():
-            env = self.folder(name)
-            if env is not None and env.metadata.metr_task_family == family:
-                return name
+        if not self._families:
+            for name in self.names():
+                env = self.folder(name)
+                if env is not None and env.metadata.metr_task_family:
+                    self._families[env.metadata.metr_task_family] = name
+        if family in self._families:
+            return self._families[family]
         known = _BY_FAMILY.get(family)
         if known is not None:
             return known.name
@@ -85,6 +94,6 @@ class EnvironmentInfo:
         return known.title if known is not None else name
 
 
-@lru_cache(maxsize=1)
 def default_info() -> EnvironmentInfo:
+    """A fresh lookup of the environments folder in force (`REBENCH_ENVIRONMENTS` may change)."""
     return EnvironmentInfo()
