@@ -149,8 +149,10 @@ def test_environment_folder_names_the_family(tmp_path: Path) -> None:
     folder = tmp_path / "envs" / "kernel"
     folder.mkdir(parents=True)
     (folder / "environment.toml").write_text(
-        'name = "kernel"\ntitle = "K"\nversion = "1"\nsummary = "s"\nmetr_task_family = "ai_rd_triton_cumsum"\n'
-        '[profiles.tiny]\ndirection = "lower"\nfinal_score = "best"\nanchors = { start = 2.0, reference = 1.0 }\n'
+        'name = "kernel"\ntitle = "K"\nversion = "1"\nsummary = "s"\n'
+        'metr_task_family = "ai_rd_triton_cumsum"\n'
+        '[profiles.tiny]\ndirection = "lower"\nfinal_score = "best"\n'
+        "anchors = { start = 2.0, reference = 1.0 }\n"
     )
     info = EnvironmentInfo(EnvironmentRegistry(tmp_path / "envs"))
     path = _write(
