@@ -118,7 +118,8 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
 def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> bytes | None:
     """Each logged attempt's score (final rule, normalized) by working time, one panel per environment."""
     info = info or default_info()
-    logged = [r for r in report.data.runs + report.data.humans if r.curve]
+    unique = {r.attempt_id: r for r in report.data.runs + report.data.humans}  # humans may be in both
+    logged = [r for r in unique.values() if r.curve]
     if not logged:
         return None
     envs = sorted({r.environment for r in logged})
