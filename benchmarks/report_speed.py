@@ -25,9 +25,7 @@ from rebench.report.estimators import BestOfK, score_at_k
 from rebench.report.importer import parse_metr_runs
 from rebench.report.known_environments import EnvironmentInfo
 
-DEFAULT_FILE = (
-    Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
-)
+DEFAULT_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 KS = [2**i for i in range(8)]
 
 Groups = dict[tuple[str, float], dict[str, EnvironmentScores]]
@@ -68,9 +66,7 @@ def one_at_a_time(groups: Groups, n_bootstrap: int, seed: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--n-bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)

@@ -57,9 +57,7 @@ def test_import_real_export_is_idempotent(tmp_path: Path) -> None:
     assert len(humans) == 93 and {a.budget_s for a in humans} == {28800.0}
     per_limit = Counter((a.agent, a.budget_s) for a in attempts)
     assert per_limit[("o1-preview", 1800.0)] == 248 and per_limit[("Claude 3.5 Sonnet (New)", 28800.0)] == 3
-    assert all(
-        a.source == "imported" and a.status == "done" and a.anchors_kind == "imported" for a in attempts
-    )
+    assert all(a.source == "imported" and a.status == "done" and a.anchors_kind == "imported" for a in attempts)
     assert len({(a.import_sha256, a.import_row) for a in attempts}) == 1808
     assert all(a.external_id for a in attempts)
     store.close()

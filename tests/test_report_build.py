@@ -41,9 +41,7 @@ def info(tmp_path: Path) -> EnvironmentInfo:
         ("hidden", "Hidden Task", "last", "false"),
     ):
         (root / name).mkdir(parents=True)
-        (root / name / "environment.toml").write_text(
-            TOML.format(name=name, title=title, rule=rule, visible=visible)
-        )
+        (root / name / "environment.toml").write_text(TOML.format(name=name, title=title, rule=rule, visible=visible))
     return EnvironmentInfo(EnvironmentRegistry(root))
 
 
@@ -172,9 +170,7 @@ def test_source_filter_and_bad_options(store: Store, info: EnvironmentInfo) -> N
 
 
 def test_sampled_max_is_recorded(store: Store, info: EnvironmentInfo) -> None:
-    report = make_report(
-        store, Filters(), settings_from_options(estimator="sampled_max", n_bootstrap=20), info
-    )
+    report = make_report(store, Filters(), settings_from_options(estimator="sampled_max", n_bootstrap=20), info)
     assert report is not None and {r.estimator for r in report.rows} == {"sampled_max"}
     # with replacement, 4 draws of {0.5, 0.6}: 0.6 unless all four are 0.5
     row = _one(report, agent="a", environment="toy", total_s=28800)

@@ -51,19 +51,13 @@ def test_import_then_report_imported(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert human_8h["k"] == 1 and human_8h["envs"] == 7
     assert human_8h["low"] <= human_8h["point"] <= human_8h["high"]
     assert human_8h["human_percentile"] is None  # humans are the yardstick, not placed on it
-    o1p = next(
-        r for r in overall if r["agent"] == "o1-preview" and r["budget_s"] == 1800 and r["total_s"] == 28800
-    )
+    o1p = next(r for r in overall if r["agent"] == "o1-preview" and r["budget_s"] == 1800 and r["total_s"] == 28800)
     assert o1p["k"] == 16 and o1p["best_allocation"] and 0 < o1p["human_percentile"] < 100
-    kernel = next(
-        r for r in rows if r["agent"] == "GPT-4o" and r["environment"] == "triton_cumsum" and r["k"] == 1
-    )
+    kernel = next(r for r in rows if r["agent"] == "GPT-4o" and r["environment"] == "triton_cumsum" and r["k"] == 1)
     assert kernel["n"] == 32 and kernel["point"] == pytest.approx(kernel["mean"])  # k = 1 is the mean
     assert kernel["anchors"] == "imported"
 
-    code, out, _ = _run(
-        ["report", "--db", db, "--source", "imported", "--n-bootstrap", "200", "--seed", "5"], capsys
-    )
+    code, out, _ = _run(["report", "--db", db, "--source", "imported", "--n-bootstrap", "200", "--seed", "5"], capsys)
     assert code == 0
     assert "200 resamples" in out and "seed 5" in out and "GPT-4 0314" in out and "human" in out
     assert "standing among human experts" in out and "0.64" in out  # the paper's figure, next to ours

@@ -151,8 +151,6 @@ def test_bootstrap_interval_is_exact_for_constant_scores_and_seeded() -> None:
     noisy = {"a": EnvironmentScores(np.random.default_rng(0).random(10))}
     first = bootstrap_score_at_k(noisy, [2], n_bootstrap=200, seed=1)
     other = bootstrap_score_at_k(noisy, [2], n_bootstrap=200, seed=2)
-    assert first.mean_low != pytest.approx(other.mean_low) or first.mean_high != pytest.approx(
-        other.mean_high
-    )
+    assert first.mean_low != pytest.approx(other.mean_low) or first.mean_high != pytest.approx(other.mean_high)
     with pytest.raises(RebenchError):
         bootstrap_score_at_k(noisy, [2], n_bootstrap=0)

@@ -37,9 +37,7 @@ def report_command(
         str,
         typer.Option("--estimator", help="expected_max (METR's code) or sampled_max (the paper's wording)."),
     ] = "expected_max",
-    n_bootstrap: Annotated[
-        int, typer.Option("--n-bootstrap", help="Bootstrap resamples.")
-    ] = DEFAULT_N_BOOTSTRAP,
+    n_bootstrap: Annotated[int, typer.Option("--n-bootstrap", help="Bootstrap resamples.")] = DEFAULT_N_BOOTSTRAP,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = DEFAULT_SEED,
     budgets: Annotated[
         str, typer.Option("--budgets", help="Total budgets per environment, comma-separated.")
@@ -60,8 +58,7 @@ def report_command(
             print_json([])
             return
         raise RebenchError(
-            "no finished attempts match these filters; run `rebench run ...` or "
-            "`rebench import metr-runs FILE` first"
+            "no finished attempts match these filters; run `rebench run ...` or `rebench import metr-runs FILE` first"
         )
     if out is not None:
         written = write_outputs(report, out)

@@ -91,9 +91,7 @@ class AttemptSummary(BaseModel):
     n: int
     mean: float
     best: float
-    anchors: str = Field(
-        description="kinds of anchors behind the normalized scores: declared, calibrated, imported"
-    )
+    anchors: str = Field(description="kinds of anchors behind the normalized scores: declared, calibrated, imported")
 
 
 class HumanSummary(BaseModel):
@@ -338,9 +336,7 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         runs = all_groups[key]
         rows.extend(builder.group(key, runs, totals))
         cap = max(CURVE_MAX_TOTAL_S, *totals)
-        curve_totals = sorted(
-            {k * key[2] for k in CURVE_KS if k * key[2] <= cap} | {t for t in totals if t < key[2]}
-        )
+        curve_totals = sorted({k * key[2] for k in CURVE_KS if k * key[2] <= cap} | {t for t in totals if t < key[2]})
         curves.extend(r for r in builder.group(key, runs, curve_totals) if r.environment == ALL)
     _mark_best(rows)
     run_ids = {r.attempt_id for r in data.runs}

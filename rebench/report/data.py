@@ -157,9 +157,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
             query = query.where(Attempt.campaign_id.in_(list(filters.campaigns)))
         if filters.agents:
             wanted = list(filters.agents)
-            query = query.where(
-                or_(Attempt.agent.in_(wanted), (Attempt.agent + "/" + Attempt.model).in_(wanted))
-            )
+            query = query.where(or_(Attempt.agent.in_(wanted), (Attempt.agent + "/" + Attempt.model).in_(wanted)))
         if filters.source:
             query = query.where(Attempt.source == filters.source)
         attempts = list(session.scalars(query.order_by(Attempt.id)))

@@ -80,9 +80,7 @@ def order_weights(n: int, k: int, estimator: EstimatorName, best_of_k: BestOfK =
     raise RebenchError(f"unknown estimator {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
 
 
-def weight_matrix(
-    n: int, ks: Sequence[int], estimator: EstimatorName, best_of_k: BestOfK = "max"
-) -> FloatArray:
+def weight_matrix(n: int, ks: Sequence[int], estimator: EstimatorName, best_of_k: BestOfK = "max") -> FloatArray:
     """Weights for several k at once, shape (n, len(ks))."""
     return np.stack([order_weights(n, k, estimator, best_of_k) for k in ks], axis=1)
 

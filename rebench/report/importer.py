@@ -69,9 +69,7 @@ def _number(path: Path, line: int, record: dict[str, Any], field: str) -> float:
 def _text(path: Path, line: int, record: dict[str, Any], field: str) -> str:
     value = record.get(field)
     if not isinstance(value, str) or not value.strip():
-        raise MalformedRow(
-            path, line, field, "missing" if field not in record else f"expected text, got {value!r}"
-        )
+        raise MalformedRow(path, line, field, "missing" if field not in record else f"expected text, got {value!r}")
     return value.strip()
 
 
@@ -99,9 +97,7 @@ def parse_metr_runs(path: Path, info: EnvironmentInfo) -> tuple[list[_Row], int]
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise RebenchError(
-                    f"{path}: line {line}: not valid JSON ({exc.msg}); nothing was imported"
-                ) from None
+                raise RebenchError(f"{path}: line {line}: not valid JSON ({exc.msg}); nothing was imported") from None
             if not isinstance(record, dict):
                 raise RebenchError(f"{path}: line {line}: expected a JSON object; nothing was imported")
             family = _family(path, line, record)
@@ -115,9 +111,7 @@ def parse_metr_runs(path: Path, info: EnvironmentInfo) -> tuple[list[_Row], int]
             agent = _text(path, line, record, "alias")
             time_limit = _number(path, line, record, "time_limit")
             if time_limit < 0:
-                raise MalformedRow(
-                    path, line, "time_limit", f"must be 0 (human) or positive seconds, got {time_limit}"
-                )
+                raise MalformedRow(path, line, "time_limit", f"must be 0 (human) or positive seconds, got {time_limit}")
             score = _number(path, line, record, "score")
             if time_limit == 0:
                 agent, budget_s = HUMAN_AGENT, HUMAN_ATTEMPT_S

@@ -28,9 +28,7 @@ RE_BENCH_ENVIRONMENTS: tuple[KnownEnvironment, ...] = (
     KnownEnvironment("optimize_llm_foundry", "Optimize LLM Foundry", "ai_rd_optimize_llm_foundry"),
     KnownEnvironment("triton_cumsum", "Optimize a Kernel", "ai_rd_triton_cumsum"),
     KnownEnvironment("fix_embedding", "Fix Embedding", "ai_rd_fix_embedding"),
-    KnownEnvironment(
-        "small_scaling_law", "Scaling Law Experiment", "ai_rd_small_scaling_law", score_hidden=True
-    ),
+    KnownEnvironment("small_scaling_law", "Scaling Law Experiment", "ai_rd_small_scaling_law", score_hidden=True),
     KnownEnvironment("restricted_mlm", "Restricted Architecture MLM", "ai_rd_restricted_mlm"),
     KnownEnvironment("nanogpt_chat_rl", "Finetune GPT-2 for QA", "ai_rd_nanogpt_chat_rl"),
     KnownEnvironment(

@@ -104,9 +104,7 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
         points = [r.point for r in present]
         errors = [[r.point - r.low for r in present], [r.high - r.point for r in present]]
         color = HUMAN_COLOR if agent == HUMAN_AGENT else next(colors)
-        axes.bar(
-            xs, points, width, yerr=errors, color=color, alpha=0.8, capsize=2, label=f"{agent} ({source})"
-        )
+        axes.bar(xs, points, width, yerr=errors, color=color, alpha=0.8, capsize=2, label=f"{agent} ({source})")
     axes.set_xticks(range(len(envs)), [info.title(env) for env in envs], rotation=20, ha="right", fontsize=8)
     axes.set_ylabel("normalized score")
     axes.set_title(f"Per environment at {format_duration(total_s)} total budget (best allocation on average)")
@@ -126,9 +124,7 @@ def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> byte
     figure, axes_list = plt.subplots(len(envs), 1, figsize=(8, 3 * len(envs)), squeeze=False)
     agents = sorted({r.agent for r in logged})
     palette = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
-    colors = {
-        agent: palette[i % len(palette)] for i, agent in enumerate(a for a in agents if a != HUMAN_AGENT)
-    }
+    colors = {agent: palette[i % len(palette)] for i, agent in enumerate(a for a in agents if a != HUMAN_AGENT)}
     colors[HUMAN_AGENT] = HUMAN_COLOR
     for axes, env in zip(axes_list[:, 0], envs, strict=True):
         seen: set[str] = set()

@@ -48,9 +48,7 @@ def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:
     return sorted(rows, key=lambda r: (r.agent != "human", r.agent, r.source, r.total_s, r.budget_s))
 
 
-def _tables(
-    report: Report, by_env: bool, info: EnvironmentInfo
-) -> list[tuple[str, list[str], list[list[str]]]]:
+def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[str, list[str], list[list[str]]]]:
     """Every table of the report as (title, header, rows) so all formats show the same numbers."""
     tables = []
     overall = [r for r in report.rows if r.environment == ALL]
@@ -200,9 +198,7 @@ def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[lis
     return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
 
 
-def print_terminal(
-    report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None
-) -> None:
+def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
     info = info or default_info()
     if not console.is_terminal and console.width < PIPED_WIDTH:
         console = Console(width=PIPED_WIDTH, file=console.file, highlight=False)
@@ -211,9 +207,7 @@ def print_terminal(
     if len(sources) == 1:
         console.print(f"all attempts below are {sources[0]}")
     for title, full_header, full_rows in _tables(report, by_env, info):
-        header, rows = (
-            _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
-        )
+        header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
         table = Table(title=title, title_justify="left")
         for column in header:
             numeric = column in {"n", "min n", "envs", "score", "mean", "best", "human percentile"}
