@@ -195,3 +195,29 @@ def test_a_removed_container_is_an_infrastructure_error(image: str) -> None:
             assert not await sb.alive()
 
     run(body())
+
+
+def test_gc_keeps_running_attempts_and_removes_orphans(image: str) -> None:
+    import socket
+
+    from rebench.images import collect_garbage
+    from rebench.sandbox.docker import LABEL_OWNER
+
+    engine = docker_engine()
+
+    async def body() -> None:
+        async with started_sandbox(image) as sb:
+            kept = collect_garbage(engine)
+            assert sb.container_id in [c[0] for c in engine.containers()]
+            assert await sb.alive()
+            # An orphan: a container whose harness process is gone (a pid that cannot exist).
+            dead_owner = f"{socket.gethostname()}:999999999:1"
+            orphan = engine.client.containers.create(
+                image, ["sleep", "60"], labels={"rebench.attempt": "1", LABEL_OWNER: dead_owner}
+            )
+            removed = collect_garbage(engine)
+            assert orphan.name in removed.removed_containers and sb.container_id not in removed.removed_containers
+            assert any(name.startswith("rebench-a") for name in kept.kept_running)
+            assert await sb.alive()
+
+    run(body())
