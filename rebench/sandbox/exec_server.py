@@ -12,11 +12,17 @@ environment, so a tree that called setsid() is killed too.
 Frames both ways: 4-byte big-endian length, then UTF-8 JSON. Binary fields are
 base64. Requests:
 
-    {"id": 1, "op": "ping"}
+    {"id": 1, "op": "ping", "users": ["agent"], "groups": ["protected"]}   (ids resolved)
     {"id": 2, "op": "exec", "argv": [...], "user": "agent", "groups": ["protected"],
-     "env": {...}, "cwd": "/home/agent", "stdin": "<b64>" | null, "timeout": 10.0,
-     "limit": 1000000}
+     "env": {...}, "cwd": "/home/agent", "cwd_fallback": true, "stdin": "<b64>" | null,
+     "timeout": 10.0, "limit": 1000000, "reap_groups": ["protected"]}
     {"id": 3, "op": "kill", "target": 2}
+
+`reap_groups`: when the command ends, every process still holding one of these
+groups is killed (scoring runs the agent's code with the `protected` group; none
+of it may outlive the score call). The reply carries the exit code (128+signal
+when killed), head and tail of stdout and stderr within `limit` bytes each with
+the count dropped, and whether it timed out.
 
 As PID 1 it also reaps orphaned processes, which the kernel hands to it.
 """
