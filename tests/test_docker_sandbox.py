@@ -221,3 +221,13 @@ def test_gc_keeps_running_attempts_and_removes_orphans(image: str) -> None:
             assert await sb.alive()
 
     run(body())
+
+
+def test_nothing_started_by_a_scoring_run_outlives_it(image: str) -> None:
+    async def body(sb: Any) -> tuple[Any, Any]:
+        scored = await sb.exec("nohup setsid sleep 311 >/dev/null 2>&1 & echo started", user="scorer")
+        return scored, await sb.exec("ps -eo args | grep '^sleep 311' || true", user="root")
+
+    scored, left = with_sandbox(image, body)
+    assert scored.stdout == "started\n"
+    assert left.stdout.strip() == ""
