@@ -231,3 +231,25 @@ def test_nothing_started_by_a_scoring_run_outlives_it(image: str) -> None:
     scored, left = with_sandbox(image, body)
     assert scored.stdout == "started\n"
     assert left.stdout.strip() == ""
+
+
+def test_a_disk_filler_is_stopped_and_ends_as_a_disk_limit(image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from rebench.agents.base import LimitExceeded
+    from rebench.sandbox import docker as docker_backend
+
+    monkeypatch.setenv("REBENCH_DISK_LIMIT_GB", "0.1")
+    monkeypatch.setattr(docker_backend, "DISK_POLL_S", 0.5)
+
+    async def body(sb: Any) -> tuple[Any, Any]:
+        filler = asyncio.create_task(sb.exec("dd if=/dev/zero of=fill bs=1M count=100000 status=none", timeout=120))
+        done, _ = await asyncio.wait({filler}, timeout=60)
+        assert done, "the disk filler was not stopped"
+        with pytest.raises(LimitExceeded) as refused:
+            await sb.exec("true")
+        return filler.result(), refused.value
+
+    filled, refused = with_sandbox(image, body)
+    assert filled.exit_code == 137 and not filled.timed_out
+    assert refused.which == "disk"

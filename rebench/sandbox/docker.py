@@ -36,6 +36,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
+from rebench.agents.base import LimitExceeded
 from rebench.errors import SandboxError
 from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
@@ -56,6 +57,10 @@ _USERS: dict[str, tuple[str, list[str]]] = {
     "scorer": ("agent", ["protected"]),
 }
 OPERATION_TIMEOUT_S = 600
+DISK_POLL_S = 5.0
+DEFAULT_DISK_LIMIT_GB = 50.0
+"""What an attempt may write into its container (overlay2 on ext4 cannot enforce a quota,
+so the harness polls the writable layer's size); `REBENCH_DISK_LIMIT_GB` overrides."""
 _REPLY_MARGIN_S = 30.0
 """How long past a command's own timeout we wait for the server before calling the sandbox dead."""
 
@@ -298,6 +303,11 @@ class DockerSandbox:
         self._ids: dict[str, Any] = {}
         self.container_id: str | None = None
         self.start_to_ready_s: float | None = None
+        limit_gb = float(os.environ.get("REBENCH_DISK_LIMIT_GB") or DEFAULT_DISK_LIMIT_GB)
+        self.disk_limit_bytes = int(limit_gb * 1024**3)
+        self.breach: str | None = None
+        """Set when the agent broke a limit the engine cannot enforce (disk); its commands then fail."""
+        self._disk_watch: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------
     @property
@@ -401,6 +411,31 @@ class DockerSandbox:
             )
         self._ids = ids
         self.start_to_ready_s = time.perf_counter() - started
+        self._disk_watch = asyncio.create_task(self._watch_disk())
+
+    def _written_bytes(self) -> int:
+        found = self.engine.client.api.containers(all=True, size=True, filters={"id": self.container_id})
+        if not found:
+            raise SandboxError(f"container of attempt {self.spec.attempt_id} is gone")
+        return int(found[0].get("SizeRw") or 0)
+
+    async def _watch_disk(self) -> None:
+        """Poll the container's writable layer; past the limit, kill the agent's processes
+        and refuse its further commands (the attempt ends as a `disk` limit)."""
+        while True:
+            await asyncio.sleep(DISK_POLL_S)
+            try:
+                written = await asyncio.to_thread(self._written_bytes)
+            except Exception:
+                return  # the container is gone; exec reports that
+            if written > self.disk_limit_bytes:
+                self.breach = (f"the attempt wrote {written / 1024**3:.2f} GB into its container, "
+                               f"over the {self.disk_limit_bytes / 1024**3:g} GB disk limit")
+                channel = self._channel
+                if channel is not None and channel.is_open:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(channel.request({"op": "kill_user", "user": "agent"}), 30)
+                return
 
     async def alive(self) -> bool:
         if self._channel is None or not self._channel.is_open or self._container is None:
@@ -412,6 +447,8 @@ class DockerSandbox:
         return bool(self._container.status == "running")
 
     async def stop(self) -> None:
+        if self._disk_watch is not None:
+            self._disk_watch.cancel()
         if self._channel is not None:
             await self._channel.close()
         if self.container_id is not None:
@@ -458,6 +495,8 @@ class DockerSandbox:
         stdin: bytes | None = None,
     ) -> ExecResult:
         channel = self._require_channel()
+        if self.breach is not None and user == "agent":
+            raise LimitExceeded("disk", self.breach)
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         account, groups = _USERS[user]
         variables = {

@@ -42,6 +42,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 MARKER_VAR = "REBENCH_EXEC_ID"
 HEADER = struct.Struct(">I")
@@ -139,6 +140,27 @@ def _environ(pid: str) -> bytes:
             os.setegid(0)
     except OSError:
         return b""
+
+
+def kill_matching(match: Callable[[str], bool]) -> int:
+    """SIGKILL every process (but this server) for which `match(pid string)` holds; sweep until none."""
+    me = os.getpid()
+    killed = 0
+    for _ in range(20):
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != me:
+                with contextlib.suppress(OSError):
+                    if match(entry):
+                        found.append(int(entry))
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.005)
+    return killed
 
 
 def kill_group_members(gid: int) -> int:
@@ -270,6 +292,10 @@ class Server:
                 job.killed = True
                 kill_tree(job.proc.pid, job.marker)
             self.send({"id": request["id"], "ok": job is not None})
+        elif op == "kill_user":
+            uid = self._user(request["user"])[0]
+            killed = kill_matching(lambda entry: os.stat(f"/proc/{entry}").st_uid == uid)
+            self.send({"id": request["id"], "ok": True, "killed": killed})
         else:
             self.send({"id": request.get("id"), "error": f"unknown op {op!r}"})
 
@@ -422,7 +448,10 @@ class Server:
             except ValueError:
                 self.send({"id": None, "error": "bad frame"})
                 continue
-            self.handle(request)
+            try:
+                self.handle(request)
+            except Exception as exc:  # a bad request must not take the sandbox down
+                self.send({"id": request.get("id"), "error": f"{type(exc).__name__}: {exc}"})
         return True
 
     def run(self) -> int:
