@@ -317,3 +317,23 @@ def test_a_container_removed_mid_attempt_is_an_infrastructure_error_retried_once
     (first_id, first_status, first_source, _), (_, second_status, _, retry_of) = rows
     assert (first_status, first_source) == ("error", "infrastructure")
     assert second_status == "done" and retry_of == first_id
+
+
+def test_a_disk_filler_ends_the_attempt_as_a_disk_limit(envs_dir: Path, tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [
+        {"bash": "dd if=/dev/zero of=fill bs=1M count=300 status=none"},
+        {"bash": "sleep 12"},
+        {"bash": "echo still here > after.txt"},
+        {"submit": None},
+    ]}))
+    db = tmp_path / "disk.db"
+    result = cli("run", "--env", "vault", "--agent", "replay", "--agent-arg", f"script={script}",
+                 "--profile", "tiny", "--budget", "3m", "--backend", "docker", "--db", str(db),
+                 env={"REBENCH_ENVIRONMENTS": str(envs_dir), "REBENCH_DISK_LIMIT_GB": "0.1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    with sqlite3.connect(db) as connection:
+        status, reason, snapshot = connection.execute(
+            "select status, limit_reason, snapshot_path from attempts").fetchone()
+    assert (status, reason) == ("limit", "disk")
+    assert not (Path(snapshot) / "after.txt").exists()
