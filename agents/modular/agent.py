@@ -127,5 +127,6 @@ class ModularAgent:
 def create_agent(config: AgentConfig) -> Agent:
     """Built-in entry point; a missing model, key or bad agent arg is a one-line error here."""
     settings = parse_settings(config.args)
+    model_spec(config)
     check_model_available(config)
     return ModularAgent(config, settings)
