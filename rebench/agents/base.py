@@ -68,6 +68,7 @@ class AgentContext(Protocol):
     paths: SandboxPaths
     config: AgentConfig
     budget_s: float
+    seed: int
     reference_dir: Path | None
     """The reference solution; set only for agents that declare `uses_reference = True`."""
 
