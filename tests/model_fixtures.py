@@ -22,6 +22,7 @@ context_window = 50000
 [models."openai/scripted"]
 input_per_mtok = 1000.0
 output_per_mtok = 2000.0
+cached_input_per_mtok = 100.0
 context_window = 50000
 
 [models."anthropic/scripted"]
