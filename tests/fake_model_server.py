@@ -7,7 +7,8 @@ The script is a list of steps answered in order, whichever API asks:
      "usage": {"input_tokens": 100, "output_tokens": 20, "cached_tokens": 10}, "delay_s": 0.2}
     {"status": 429, "retry_after": 1}          # an error reply (not a completion)
 
-Usage is optional (estimated from sizes when absent). Requests are checked the
+Usage is optional (estimated from sizes when absent); `"truncated": true` plays
+a reply cut off at the output-token limit. Requests are checked the
 way the real APIs check them (tool results must answer tool calls, Anthropic
 turns must alternate), so a malformed conversation fails here as it would there.
 When the script runs out, the server answers with text and no tool call.
@@ -205,6 +206,13 @@ def _usage(step: dict[str, Any], body: dict[str, Any]) -> tuple[int, int, int]:
     )
 
 
+def _stop(step: dict[str, Any], default: str) -> str:
+    """`"truncated": true` in a step plays a reply cut off at the output-token limit."""
+    if not step.get("truncated"):
+        return default
+    return "max_tokens" if default in ("tool_use", "end_turn") else "length"
+
+
 def render_openai(step: dict[str, Any], body: dict[str, Any], n: int) -> dict[str, Any]:
     prompt, completion, cached = _usage(step, body)
     message: dict[str, Any] = {"role": "assistant", "content": step.get("text") or None}
@@ -226,7 +234,9 @@ def render_openai(step: dict[str, Any], body: dict[str, Any], n: int) -> dict[st
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "scripted"),
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": _stop(step, "tool_calls" if calls else "stop")}
+        ],
         "usage": {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -257,7 +267,7 @@ def render_anthropic(step: dict[str, Any], body: dict[str, Any], n: int) -> dict
         "role": "assistant",
         "model": body.get("model", "scripted"),
         "content": content,
-        "stop_reason": "tool_use" if calls else "end_turn",
+        "stop_reason": _stop(step, "tool_use" if calls else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": prompt - cached,

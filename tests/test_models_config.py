@@ -132,3 +132,15 @@ def test_redact_removes_keys_and_their_halves() -> None:
     text = f"Incorrect API key provided: {key[:14]}***; full {key}"
     cleaned = redact(text, key)
     assert key not in cleaned and key[:14] not in cleaned
+
+
+def test_core_imports_no_sdk_until_a_client_is_built() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rebench.models, agents.modular.agent; "
+        "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

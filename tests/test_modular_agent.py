@@ -118,11 +118,12 @@ def test_bad_calls_are_reported_back_not_fatal(
 def test_gives_up_after_replies_without_tool_calls(
     model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
 ) -> None:
-    model_server.add({"text": "thinking"}, {"text": "still thinking"})
+    model_server.add({"text": "thinking"}, {"text": "still thinking", "truncated": True})
     ctx = run_agent("anthropic", model_server, tmp_path)
     assert ctx.kinds()[-1] == "agent_gave_up" and ctx.submitted is False
     assert len(model_server.requests) == 3
     assert NO_TOOL_CALL in model_server.requests[1].text
+    assert "cut off at the output limit (8192 tokens)" in model_server.requests[2].text
 
 
 def test_old_tool_outputs_give_way_in_a_small_context(

@@ -10,7 +10,7 @@ through the AgentContext, so it is timed, limited and recorded.
 from __future__ import annotations
 
 from agents.modular.history import estimate_tokens, trim_oldest
-from agents.modular.prompts import NO_TOOL_CALL, system_prompt, time_note
+from agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
 from agents.modular.settings import ModularSettings, parse_settings
 from agents.modular.tools import SUBMIT, ToolRunner, tool_specs
 from rebench.agents.base import Agent, AgentConfig, AgentContext
@@ -72,7 +72,10 @@ class ModularAgent:
                 if idle >= settings.max_idle_turns:
                     ctx.log_event("agent_gave_up", reason=f"{idle} replies in a row without a tool call")
                     return
-                messages.append(Message(role="user", content=f"{NO_TOOL_CALL}\n\n{time_note(ctx)}"))
+                nudge = NO_TOOL_CALL
+                if completion.stop_reason in CUT_OFF_REASONS:
+                    nudge = CUT_OFF.format(limit=settings.max_output_tokens)
+                messages.append(Message(role="user", content=f"{nudge}\n\n{time_note(ctx)}"))
                 continue
             idle = 0
             for call in completion.tool_calls:

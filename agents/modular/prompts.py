@@ -53,3 +53,8 @@ def time_note(ctx: AgentContext) -> str:
 
 
 NO_TOOL_CALL = "No tool call found in your reply. Use a tool to act; call submit when you are done."
+CUT_OFF = (
+    "Your reply was cut off at the output limit ({limit} tokens) before a complete tool call."
+    " Think less per reply and act in smaller steps."
+)
+CUT_OFF_REASONS = ("length", "max_tokens")
