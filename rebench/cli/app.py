@@ -26,7 +26,11 @@ app.command("report")(report.report_command)
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code != 0:  # click reports Ctrl-C this way outside standalone mode
+            if code == 130:
+                err_console.print("interrupted")
+            sys.exit(code)
     except RebenchError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -48,11 +48,13 @@ def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> 
     if folder.exists():
         shutil.rmtree(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], f"virtualenv for {env.name}")
+    # No pip inside the venv (ensurepip costs many seconds): the harness's pip installs into it.
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)],
+         f"virtualenv for {env.name}")
     if env.requirements:
         log(f"installing {env.requirements}")
-        _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              "-r", str(env.requirements)], f"requirements of {env.name}")
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+              "--disable-pip-version-check", "-r", str(env.requirements)], f"requirements of {env.name}")
     (folder / ".complete").touch()
     return python
 
