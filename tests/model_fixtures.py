@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_model_server import FakeModelServer
+
+from tests.fake_model_server import FakeModelServer
 
 OPENAI_TEST_KEY = "sk-test-openai-7f3a9c1e5b2d4f60a8e1"
 ANTHROPIC_TEST_KEY = "sk-ant-test-2b8e6d0c4a9f1e7d3c5b"

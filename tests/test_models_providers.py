@@ -8,9 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_model_server import FakeModelServer
-from model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
-from scratch_context import ScratchContext
 
 from rebench.agents.base import AgentConfig, LimitExceeded
 from rebench.models import (
@@ -23,6 +20,9 @@ from rebench.models import (
     model_price,
     model_spec,
 )
+from tests.fake_model_server import FakeModelServer
+from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
+from tests.scratch_context import ScratchContext
 
 PROVIDERS = ["openai", "anthropic", "openai-compatible"]
 BASH = ToolSpec(

@@ -12,9 +12,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fake_model_server import FakeModelServer
-from model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
-from scratch_context import ScratchContext
 
 from agents.modular.agent import create_agent
 from agents.modular.history import TRIMMED_NOTICE
@@ -22,6 +19,9 @@ from agents.modular.prompts import NO_TOOL_CALL, time_note
 from rebench.agents.base import AgentConfig, LimitExceeded
 from rebench.clock import AttemptClock
 from rebench.errors import RebenchError
+from tests.fake_model_server import FakeModelServer
+from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
+from tests.scratch_context import ScratchContext
 
 
 def run_agent(

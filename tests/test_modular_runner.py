@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_model_server import FakeModelServer
-from model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 
 from rebench.cli.app import main
+from tests.fake_model_server import FakeModelServer
+from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
