@@ -15,6 +15,7 @@ from rebench.models import (
     ModelCaller,
     ProviderError,
     RetryPolicy,
+    ToolCall,
     ToolSpec,
     create_model_client,
     model_price,
@@ -194,3 +195,41 @@ def test_limits_raise_after_the_call_is_recorded(
     with pytest.raises(LimitExceeded) as err:
         asyncio.run(caller.complete("", [Message(role="user", content="hi")], [], max_output_tokens=16))
     assert err.value.which == "tokens" and len(ctx.usages) == 1
+
+
+def test_neutral_conversation_maps_to_each_wire_format() -> None:
+    from rebench.models.anthropic_provider import to_anthropic_messages
+    from rebench.models.openai_provider import to_openai_messages
+
+    call_a = ToolCall(id="a", name="bash", arguments={"command": "ls"})
+    call_b = ToolCall(id="b", name="score")
+    conversation = [
+        Message(role="user", content="task"),
+        Message(role="assistant", content="", tool_calls=[call_a, call_b]),
+        Message(role="tool", tool_call_id="a", tool_name="bash", content="x"),
+        Message(role="tool", tool_call_id="b", tool_name="score", content=""),
+        Message(role="user", content="[Time]"),
+        Message(role="assistant", content=""),
+        Message(role="user", content="use a tool"),
+    ]
+    wire = to_openai_messages("sys", conversation)
+    assert [m["role"] for m in wire] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert wire[2]["content"] is None and wire[6]["content"] == ""
+    assert json.loads(wire[2]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls"}
+
+    turns = to_anthropic_messages(conversation)
+    assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "tool_result", "text"]
+    assert turns[2]["content"][1]["content"] == "(empty)"
+    assert turns[3]["content"] == [{"type": "text", "text": "(no reply)"}]
+    marked = [b for t in turns for b in t["content"] if "cache_control" in b]
+    assert marked == [turns[-1]["content"][-1]]

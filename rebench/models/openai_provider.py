@@ -26,7 +26,9 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
         if message.role == "tool":
             wire.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
         elif message.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+            # Chat Completions wants null content beside tool calls, a string otherwise.
+            content = message.content or (None if message.tool_calls else "")
+            entry: dict[str, Any] = {"role": "assistant", "content": content}
             if message.tool_calls:
                 entry["tool_calls"] = [
                     {
