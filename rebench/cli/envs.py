@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from typing import Annotated
 
 import typer
@@ -13,6 +14,7 @@ from rebench.cli.common import DbOption, JsonOption, console, err_console, fmt, 
 from rebench.environments.build import assets_dir, local_python
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.sandbox.factory import resolve_backend
+from rebench.store.db import Store
 
 app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True)
 
@@ -94,9 +96,8 @@ def build_environment(env: Environment, profile: str, backend: str) -> None:
     local_python(env, log=lambda m: err_console.print(m, highlight=False))
     assets_dir(env, profile, log=lambda m: err_console.print(m, highlight=False))
     if backend == "docker":
-        from rebench.images import build_environment_image  # type: ignore[attr-defined]
-
-        build_environment_image(env, profile, log=lambda m: err_console.print(m, highlight=False))
+        images = importlib.import_module("rebench.images")
+        images.build_environment_image(env, profile, log=lambda m: err_console.print(m, highlight=False))
 
 
 @app.command("calibrate")
@@ -112,11 +113,14 @@ def calibrate_command(
     env.profile(profile)
     chosen, _ = resolve_backend(backend)
     build_environment(env, profile, chosen)
-    store = open_store(db)
+    calibrate_environment(open_store(db), env, profile, chosen, repeats)
+
+
+def calibrate_environment(store: Store, env: Environment, profile: str, backend: str, repeats: int = 3) -> None:
     start, reference = asyncio.run(measure_anchors(
-        env, profile, backend=chosen, repeats=repeats, log=lambda m: err_console.print(m, highlight=False)))
+        env, profile, backend=backend, repeats=repeats, log=lambda m: err_console.print(m, highlight=False)))
     row = save_calibration(store, env, profile, start, reference)
     console.print(
-        f"calibrated {name} ({profile}) on {hardware_fingerprint().description}: "
+        f"calibrated {env.name} ({profile}) on {hardware_fingerprint().description}: "
         f"start {row.start_raw:.4f}, reference {row.reference_raw:.4f} (hardware key {row.hardware})"
     )

@@ -13,9 +13,10 @@ from rich.table import Table
 from rebench.agents.base import AgentConfig
 from rebench.agents.registry import load_agent
 from rebench.budget import format_duration, parse_duration
+from rebench.calibration import resolve_anchors
 from rebench.campaign import CampaignRunner, CampaignSpec, plan_campaign, recover_orphans
 from rebench.cli.common import DbOption, console, err_console, fmt, open_store
-from rebench.cli.envs import build_environment
+from rebench.cli.envs import build_environment, calibrate_environment
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome
@@ -71,6 +72,7 @@ def run_command(
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Attempts to run at once.")] = 1,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1.")] = None,
     network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
@@ -101,6 +103,12 @@ def run_command(
     orphans = recover_orphans(store)
     if orphans:
         err_console.print(f"marked {orphans} attempt(s) of a dead harness process as interrupted")
+    for environment in environments:
+        needs = environment.profile(profile).hardware_dependent
+        if calibrate and needs and resolve_anchors(store, environment, profile).kind == "declared":
+            err_console.print(f"{environment.name} scores are timings and this machine has no calibration: "
+                              "measuring the starting and reference solutions first")
+            calibrate_environment(store, environment, profile, chosen)
     campaign_id, attempt_ids = plan_campaign(store, spec, registry)
     console.print(
         f"campaign {campaign_id}: {len(attempt_ids)} attempt(s) of [bold]{agent}[/] on {', '.join(names)} "

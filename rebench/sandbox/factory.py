@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 from pathlib import Path
 
@@ -18,7 +19,7 @@ BACKENDS = ("local", "docker")
 def docker_available() -> bool:
     """Whether a Docker engine answers; the docker SDK is imported only when asked."""
     try:
-        from rebench.sandbox import docker as docker_backend  # type: ignore[attr-defined]
+        docker_backend = importlib.import_module("rebench.sandbox.docker")
     except ImportError:
         return False
     return bool(docker_backend.engine_available())
@@ -42,7 +43,7 @@ def create_sandbox(backend: str, spec: SandboxSpec, env: Environment) -> Sandbox
         root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
         return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
     if backend == "docker":
-        from rebench.sandbox import docker as docker_backend  # type: ignore[attr-defined]
-
-        return docker_backend.create_sandbox(spec, env)  # type: ignore[no-any-return]
+        docker_backend = importlib.import_module("rebench.sandbox.docker")
+        sandbox: Sandbox = docker_backend.create_sandbox(spec, env)
+        return sandbox
     raise RebenchError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
