@@ -156,9 +156,7 @@ def test_recovers_when_the_server_says_the_prompt_is_too_long(
         *[{"tool_calls": [call("python", code=f"print('{n}' * 3000)")]} for n in range(1, 5)],
         {"tool_calls": [call("submit")]},
     )
-    ctx = run_agent(
-        "openai-compatible", model_server, tmp_path, context_window="20000", output_limit_chars="4000"
-    )
+    ctx = run_agent("openai-compatible", model_server, tmp_path, context_window="20000", output_limit_chars="4000")
     assert ctx.submitted is None
     errors = [d for k, d in ctx.events if k == "model-error"]
     assert errors and all(e["context_overflow"] for e in errors)
@@ -169,14 +167,15 @@ def test_token_limit_ends_the_run(
     model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
 ) -> None:
     model_server.add(
-        *[{"tool_calls": [call("bash", command="true")], "usage": {"input_tokens": 400, "output_tokens": 10}}]
-        * 5
+        *[{"tool_calls": [call("bash", command="true")], "usage": {"input_tokens": 400, "output_tokens": 10}}] * 5
     )
     config = AgentConfig(name="modular", token_limit=1000, **model_for("openai", model_server))  # type: ignore[arg-type]
     ctx = ScratchContext(tmp_path, config)
     with pytest.raises(LimitExceeded) as err:
         asyncio.run(create_agent(config).run(ctx))
     assert err.value.which == "tokens" and len(ctx.usages) == 3
+    assert "Tokens: 820 of 1000 used (82%)" in model_server.requests[-1].text
+    assert "More than 3/4 of your budget" in model_server.requests[-1].text
 
 
 def test_time_notes_nudge_at_three_quarters_and_nine_tenths(tmp_path: Path) -> None:
@@ -191,6 +190,16 @@ def test_time_notes_nudge_at_three_quarters_and_nine_tenths(tmp_path: Path) -> N
     assert "3/4" in time_note(ctx) and "submit now" not in time_note(ctx)
     now[0] = 905
     assert "9/10" in time_note(ctx) and "1m35s remaining" in time_note(ctx)
+
+
+def test_token_and_cost_budgets_are_reported_and_nudge_too(tmp_path: Path) -> None:
+    config = AgentConfig(name="modular", token_limit=10_000, cost_limit_usd=2.0)
+    ctx = ScratchContext(tmp_path, config, budget_s=1000)
+    note = time_note(ctx, tokens_used=2_000, cost_used_usd=0.5)
+    assert "Tokens: 2000 of 10000 used (20%)" in note and "Cost: $0.50 of $2.00 used (25%)" in note
+    assert "wrapping up" not in note
+    assert "3/4" in time_note(ctx, tokens_used=8_000, cost_used_usd=0.5)
+    assert "9/10" in time_note(ctx, tokens_used=0, cost_used_usd=1.9)
 
 
 def test_bad_agent_args_and_missing_model_are_one_line_errors(provider_keys: dict[str, str]) -> None:

@@ -58,15 +58,17 @@ class ModularAgent:
         settings = self.settings
         system = system_prompt(ctx, settings.bash_timeout_s, settings.bash_timeout_max_s)
         runner = ToolRunner(ctx, settings)
-        messages = [Message(role="user", content=f"{ctx.instructions}\n\n{time_note(ctx)}")]
+
+        def note() -> str:
+            return time_note(ctx, caller.tokens_used, caller.cost_used_usd)
+
+        messages = [Message(role="user", content=f"{ctx.instructions}\n\n{note()}")]
         idle = 0
         turn = 0
         while True:
             turn += 1
             completion = await self._complete(ctx, caller, system, messages, window, turn)
-            messages.append(
-                Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls)
-            )
+            messages.append(Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls))
             if not completion.tool_calls:
                 idle += 1
                 if idle >= settings.max_idle_turns:
@@ -75,14 +77,12 @@ class ModularAgent:
                 nudge = NO_TOOL_CALL
                 if completion.stop_reason in CUT_OFF_REASONS:
                     nudge = CUT_OFF.format(limit=settings.max_output_tokens)
-                messages.append(Message(role="user", content=f"{nudge}\n\n{time_note(ctx)}"))
+                messages.append(Message(role="user", content=f"{nudge}\n\n{note()}"))
                 continue
             idle = 0
             for call in completion.tool_calls:
                 shown = await runner.run(call)
-                messages.append(
-                    Message(role="tool", tool_call_id=call.id, tool_name=call.name, content=shown)
-                )
+                messages.append(Message(role="tool", tool_call_id=call.id, tool_name=call.name, content=shown))
                 ctx.log_event(
                     "tool_result",
                     turn=turn,
@@ -93,7 +93,7 @@ class ModularAgent:
                 )
                 if call.name == SUBMIT and not call.parse_error:
                     return
-            messages.append(Message(role="user", content=time_note(ctx)))
+            messages.append(Message(role="user", content=note()))
 
     async def _complete(
         self,

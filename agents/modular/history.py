@@ -14,9 +14,7 @@ from rebench.models import Message, ToolSpec
 TRIMMED_NOTICE = "[output removed to keep the conversation inside the context window]"
 
 
-def estimate_tokens(
-    system: str, messages: list[Message], tools: list[ToolSpec], chars_per_token: float
-) -> int:
+def estimate_tokens(system: str, messages: list[Message], tools: list[ToolSpec], chars_per_token: float) -> int:
     chars = len(system) + sum(len(json.dumps(t.parameters)) + len(t.description) for t in tools)
     for message in messages:
         chars += len(message.content) + 16

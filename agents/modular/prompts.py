@@ -34,21 +34,28 @@ After every turn you are told how much of your time budget is used; your own thi
 Environment: {env.title} ({env.name} {env.version}, profile {env.profile})."""
 
 
-def time_note(ctx: AgentContext) -> str:
-    """Elapsed and remaining time, with a nudge past 3/4 and 9/10 of the budget."""
+def time_note(ctx: AgentContext, tokens_used: int = 0, cost_used_usd: float = 0.0) -> str:
+    """Time used and left (and tokens or dollars, when limited), with a nudge once
+    any of them passes 3/4 and again past 9/10."""
     used = ctx.elapsed_s()
     budget = ctx.budget_s
-    share = used / budget if budget > 0 else 1.0
+    shares = [used / budget if budget > 0 else 1.0]
     note = (
-        f"[Time: {format_duration(used)} of {format_duration(budget)} used ({share:.0%}), "
-        f"{format_duration(ctx.remaining_s())} remaining.]"
+        f"[Time: {format_duration(used)} of {format_duration(budget)} used ({shares[0]:.0%}), "
+        f"{format_duration(ctx.remaining_s())} remaining."
     )
+    if ctx.config.token_limit:
+        shares.append(tokens_used / ctx.config.token_limit)
+        note += f" Tokens: {tokens_used} of {ctx.config.token_limit} used ({shares[-1]:.0%})."
+    if ctx.config.cost_limit_usd:
+        shares.append(cost_used_usd / ctx.config.cost_limit_usd)
+        note += f" Cost: ${cost_used_usd:.2f} of ${ctx.config.cost_limit_usd:.2f} used ({shares[-1]:.0%})."
+    note += "]"
+    share = max(shares)
     if share >= SUBMIT_AT:
-        note += (
-            " More than 9/10 of your time is gone: make sure your best solution is in place and submit now."
-        )
+        note += " More than 9/10 of your budget is gone: make sure your best solution is in place and submit now."
     elif share >= WRAP_UP_AT:
-        note += " More than 3/4 of your time is gone: start wrapping up and keep your best solution scored."
+        note += " More than 3/4 of your budget is gone: start wrapping up and keep your best solution scored."
     return note
 
 

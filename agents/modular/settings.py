@@ -49,6 +49,4 @@ def parse_settings(args: dict[str, str]) -> ModularSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         key = str(first["loc"][0]) if first["loc"] else "?"
-        raise RebenchError(
-            f"invalid --agent-arg {key}={args.get(key)!r} for modular: {first['msg']}"
-        ) from exc
+        raise RebenchError(f"invalid --agent-arg {key}={args.get(key)!r} for modular: {first['msg']}") from exc

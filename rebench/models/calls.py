@@ -48,6 +48,8 @@ class ModelCaller:
         self.ctx = ctx
         self.price = price
         self.policy = policy or RetryPolicy()
+        self.tokens_used = 0
+        self.cost_used_usd = 0.0
 
     async def complete(
         self,
@@ -116,6 +118,8 @@ class ModelCaller:
                 "response_model": completion.response_model,
             },
         )
+        self.tokens_used += usage.input_tokens + usage.output_tokens
+        self.cost_used_usd += usage.cost_usd
         self.ctx.record_model_call(usage, **transcript(completion), **event)
         return completion
 
