@@ -7,16 +7,21 @@ solution first (~10 s), so these are slow."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rebench.cli.app import main
+from tests.conftest import run_cli
 from tests.fake_model_server import FakeModelServer
 from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 
 pytestmark = pytest.mark.slow
+
+SERVER = Path(__file__).with_name("fake_model_server.py")
 
 FASTER_SOLUTION = """import torch
 
@@ -83,9 +88,7 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
             "delay_s": 0.3,
         },
         {
-            "tool_calls": [
-                call("bash", command=f"cat > $HOME/solution/solution.py <<'PY'\n{FASTER_SOLUTION}PY")
-            ],
+            "tool_calls": [call("bash", command=f"cat > $HOME/solution/solution.py <<'PY'\n{FASTER_SOLUTION}PY")],
             "usage": usage(1500, 120, 1000),
         },
         {"tool_calls": [call("score")], "usage": usage(1800, 10, 1400)},
@@ -102,12 +105,7 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     assert attempt["output_tokens"] == sum(s["usage"]["output_tokens"] for s in steps)
     assert attempt["cached_tokens"] == sum(s["usage"]["cached_tokens"] for s in steps)
     expected_cost = sum(
-        (
-            (u["input_tokens"] - u["cached_tokens"]) * 1000
-            + u["cached_tokens"] * 100
-            + u["output_tokens"] * 2000
-        )
-        / 1e6
+        ((u["input_tokens"] - u["cached_tokens"]) * 1000 + u["cached_tokens"] * 100 + u["output_tokens"] * 2000) / 1e6
         for u in (s["usage"] for s in steps)
     )
     assert attempt["cost_usd"] == pytest.approx(expected_cost)
@@ -139,20 +137,52 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     assert sent.endswith(provider_keys[f"{provider.upper()}_API_KEY"])
 
 
-def test_rate_limit_waits_pause_the_clock(
-    model_server: FakeModelServer,
-    provider_keys: dict[str, str],
-    prices_file: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+def test_rate_limit_waits_pause_the_clock_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model_server.add(
-        {"status": 429, "retry_after": 1},
-        {"status": 429, "retry_after": 1},
-        {"tool_calls": [call("submit")], "usage": usage(100, 5)},
+    """The issue's "done when": `rebench run ... --model openai-compatible/scripted --base-url ...`
+    from the command line against the fake server started from its own command line.
+    The server answers 429 twice before the reply; both waits must be paused time."""
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"status": 429, "retry_after": 1},
+                {"status": 429, "retry_after": 1},
+                {"tool_calls": [call("submit")], "usage": usage(100, 5)},
+            ]
+        )
     )
-    db = tmp_path / "r.db"
-    rebench_run(model_server, "openai-compatible", db)
+    server = subprocess.Popen(
+        [sys.executable, str(SERVER), "--port", "0", "--script", str(script)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().split("OpenAI base URL ")[1].split(")")[0]
+        db = tmp_path / "r.db"
+        result = run_cli(
+            "run",
+            "--env",
+            "triton_cumsum",
+            "--agent",
+            "modular",
+            "--model",
+            "openai-compatible/scripted",
+            "--base-url",
+            base_url,
+            "--profile",
+            "tiny",
+            "--budget",
+            "5m",
+            "--backend",
+            "local",
+            "--db",
+            str(db),
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert result.returncode == 0, result.stderr
     attempt = show(db, capsys)
     assert attempt["status"] == "done" and attempt["input_tokens"] == 100
     retries = [p for p in attempt["pauses"] if p["reason"] == "provider-retry"]
