@@ -121,6 +121,10 @@ def test_bad_price_tables_are_one_line_errors(tmp_path: Path) -> None:
     wrong.write_text('[models."openai/x"]\ninput_per_mtok = "cheap"\n')
     with pytest.raises(ConfigError, match="input_per_mtok"):
         load_prices(wrong)
+    negative = tmp_path / "negative.toml"
+    negative.write_text('[models."openai/x"]\noutput_per_mtok = -1\n')
+    with pytest.raises(ConfigError, match="output_per_mtok"):
+        load_prices(negative)
     typo = tmp_path / "typo.toml"
     typo.write_text('[models."openai/x"]\ninput_price = 1.0\n')
     with pytest.raises(ConfigError, match="input_price"):

@@ -130,9 +130,10 @@ class ToolRunner:
             return text
         self._saved += 1
         path = self.ctx.paths.in_home(OUTPUT_DIR, f"output_{self._saved}.txt")
-        await self.ctx.write_file(path, text)
+        try:
+            await self.ctx.write_file(path, text)
+            where = f"the full output is saved in {path}"
+        except OSError as exc:
+            where = f"the full output could not be saved ({exc})"
         half = limit // 2
-        return (
-            f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted; "
-            f"the full output is saved in {path} ...]\n{text[-half:]}"
-        )
+        return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted; {where} ...]\n{text[-half:]}"

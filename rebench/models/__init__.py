@@ -48,9 +48,7 @@ _SDK_MODULES = {"openai": "openai", "openai-compatible": "openai", "anthropic": 
 def model_spec(config: AgentConfig) -> ModelSpec:
     """The model an agent config names; a missing or malformed name is a one-line error."""
     if not config.model:
-        raise RebenchError(
-            f"agent {config.name!r} needs --model provider/model (providers: {', '.join(PROVIDERS)})"
-        )
+        raise RebenchError(f"agent {config.name!r} needs --model provider/model (providers: {', '.join(PROVIDERS)})")
     return parse_model(config.model, base_url=config.base_url, key_variable=config.args.get("api_key_env"))
 
 

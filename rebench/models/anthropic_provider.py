@@ -101,9 +101,7 @@ class AnthropicClient:
                     calls.append(ToolCall(id=block.id, name=block.name, arguments=raw))
                 else:
                     calls.append(
-                        ToolCall(
-                            id=block.id, name=block.name, parse_error=f"input must be an object: {raw!r}"
-                        )
+                        ToolCall(id=block.id, name=block.name, parse_error=f"input must be an object: {raw!r}")
                     )
         usage = response.usage
         cached = usage.cache_read_input_tokens or 0

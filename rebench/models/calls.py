@@ -66,9 +66,7 @@ class ModelCaller:
         while True:
             started = time.monotonic()
             try:
-                completion = await self.client.complete(
-                    system, messages, tools, max_output_tokens=max_output_tokens
-                )
+                completion = await self.client.complete(system, messages, tools, max_output_tokens=max_output_tokens)
             except ProviderError as err:
                 request_s += time.monotonic() - started
                 if not err.retryable or retries >= self.policy.max_retries:

@@ -11,7 +11,7 @@ import os
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from rebench.errors import ConfigError
 
@@ -23,11 +23,11 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 class ModelPrice(BaseModel, extra="forbid"):
     """What one model costs; None means unknown (cost then cannot be accounted)."""
 
-    input_per_mtok: float | None = None
-    cached_input_per_mtok: float | None = None
-    cache_write_per_mtok: float | None = None
-    output_per_mtok: float | None = None
-    context_window: int | None = None
+    input_per_mtok: float | None = Field(None, ge=0)
+    cached_input_per_mtok: float | None = Field(None, ge=0)
+    cache_write_per_mtok: float | None = Field(None, ge=0)
+    output_per_mtok: float | None = Field(None, ge=0)
+    context_window: int | None = Field(None, gt=0)
 
     @property
     def priced(self) -> bool:
@@ -37,15 +37,10 @@ class ModelPrice(BaseModel, extra="forbid"):
         self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0
     ) -> float:
         """Cost of one call. `input_tokens` counts every prompt token, cached or not."""
-        if not self.priced:
+        if self.input_per_mtok is None or self.output_per_mtok is None:
             return 0.0
-        assert self.input_per_mtok is not None and self.output_per_mtok is not None
-        cached_price = (
-            self.cached_input_per_mtok if self.cached_input_per_mtok is not None else self.input_per_mtok
-        )
-        write_price = (
-            self.cache_write_per_mtok if self.cache_write_per_mtok is not None else self.input_per_mtok
-        )
+        cached_price = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        write_price = self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
         plain = max(0, input_tokens - cached_tokens - cache_write_tokens)
         dollars = (
             plain * self.input_per_mtok
@@ -73,9 +68,7 @@ def _read_table(path: Path) -> dict[str, ModelPrice]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(
-                f"price table {str(path)!r}: model {name!r} field {where!r}: {first['msg']}"
-            ) from exc
+            raise ConfigError(f"price table {str(path)!r}: model {name!r} field {where!r}: {first['msg']}") from exc
     return table
 
 
