@@ -86,7 +86,7 @@ def test_command_timeouts_default_cap_and_kill(
     model_server.add(
         {"tool_calls": [call("bash", command="sleep 5", timeout_s=0.5)]},
         {"tool_calls": [call("bash", command="true", timeout_s=99999)]},
-        {"tool_calls": [call("bash", command="true")]},
+        {"tool_calls": [call("bash", command="true", timeout_s=None)]},
         {"tool_calls": [call("bash", command="true", timeout_s="soon")]},
         {"tool_calls": [call("submit")]},
     )

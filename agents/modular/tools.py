@@ -113,7 +113,9 @@ class ToolRunner:
         return value
 
     def _timeout(self, args: dict[str, Any]) -> float:
-        requested = args.get("timeout_s", self.settings.bash_timeout_s)
+        requested = args.get("timeout_s")
+        if requested is None:
+            requested = self.settings.bash_timeout_s
         if isinstance(requested, str):
             try:
                 requested = float(requested)
