@@ -117,6 +117,9 @@ def test_errors_are_classified_and_keys_redacted(
     assert not unauthorized.retryable and unauthorized.status == 401 and key not in str(unauthorized)
     assert not overflow.retryable and overflow.context_overflow
     assert unavailable.retryable and unavailable.retry_after_s is None
+    # who is blamed when such an error ends an attempt: a bad key is the user's, an outage is not the agent's
+    assert unauthorized.error_source == "user"
+    assert unavailable.error_source == "infrastructure" and limited.error_source == "infrastructure"
 
 
 def test_unreachable_server_is_a_retryable_connection_error(provider_keys: dict[str, str]) -> None:

@@ -71,6 +71,12 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s
         self.context_overflow = context_overflow
 
+    @property
+    def error_source(self) -> str:
+        """Who is to blame when this ends an attempt: a rejected key or permission is the
+        user's setup; anything else the provider did is infrastructure, not the agent."""
+        return "user" if self.status in (401, 403) else "infrastructure"
+
 
 class ModelClient(Protocol):
     """One model behind one SDK. Implementations make a single request (no SDK
