@@ -65,11 +65,14 @@ class AgentContext(Protocol):
 
     instructions: str
     environment: EnvironmentInfo
-    paths: SandboxPaths
     config: AgentConfig
     budget_s: float
+    seed: int
     reference_dir: Path | None
     """The reference solution; set only for agents that declare `uses_reference = True`."""
+
+    @property
+    def paths(self) -> SandboxPaths: ...
 
     def elapsed_s(self) -> float: ...
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from rebench.errors import ConfigError
 
@@ -55,6 +56,8 @@ class Profile(_Strict):
     score_timeout_s: float = Field(600, gt=0)
     score_visible: bool = True
     network: bool = False
+    hardware_dependent: bool = False
+    """Raw scores are timings: `rebench run` calibrates anchors on a new machine before scoring."""
     anchors: Anchors
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -90,7 +93,7 @@ class EnvironmentMetadata(_Strict):
             raise ConfigError(f"environment {self.name!r} has no profile {name!r}; allowed: {allowed}") from None
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     location = ".".join(str(part) for part in error["loc"]) or "(top level)"
     message = error["msg"]
     if error["type"] == "extra_forbidden":

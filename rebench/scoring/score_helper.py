@@ -16,6 +16,7 @@ The scoring program defines `score(ctx: dict) -> dict` returning
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -66,10 +67,8 @@ def _worker(program: str, params_path: str, out_path: str) -> int:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 

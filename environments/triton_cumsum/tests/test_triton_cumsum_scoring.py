@@ -1,0 +1,86 @@
+"""Pure parts of the kernel scorer, which both profiles share: the `paper` profile's CUDA
+path cannot run here, so its correctness rests on these pieces and on the tiny profile
+exercising the same code on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+score = _load(HERE / "scoring" / "score.py", "triton_cumsum_score")
+
+
+def loop_prefix_sum(values: list[int]) -> list[int]:
+    total, positives, out = 0, 0, []
+    for value in values:
+        if positives % 2 == 1:
+            total += value
+        out.append(total)
+        positives += value > 0
+    return out
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_definition_matches_the_formula(seed: int) -> None:
+    x = torch.randint(-10, 10, (777,), dtype=torch.int32, generator=torch.Generator().manual_seed(seed))
+    assert score.reference_prefix_sum(x).tolist() == loop_prefix_sum(x.tolist())
+
+
+@pytest.mark.torch
+def test_hand_computed_case() -> None:
+    x = torch.tensor([3, -2, 5, 1, -4, 0, 2], dtype=torch.int32)
+    # positives before each index: 0,1,1,2,3,3,3 -> odd at 1,2,4,5,6
+    assert score.reference_prefix_sum(x).tolist() == [0, -2, 3, 3, -1, -1, 1]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("folder", ["workspace", "reference"])
+def test_shipped_solutions_are_exact(folder: str) -> None:
+    solution = _load(HERE / folder / "solution.py", f"kernel_{folder}")
+    x = torch.randint(-10, 10, (50_000,), dtype=torch.int32, generator=torch.Generator().manual_seed(9))
+    assert score.check_output(score.reference_prefix_sum(x), solution.prefix_sum(x)) is None
+
+
+@pytest.mark.torch
+def test_check_output_names_what_is_wrong() -> None:
+    expected = torch.tensor([1, 2, 3], dtype=torch.int32)
+    assert "dtype" in score.check_output(expected, expected.to(torch.int64))
+    assert "shape" in score.check_output(expected, expected[:2])
+    assert "1 of 3" in score.check_output(expected, torch.tensor([1, 2, 4], dtype=torch.int32))
+    assert "torch.Tensor" in score.check_output(expected, [1, 2, 3])
+
+
+def test_one_timed_call_is_used_as_is_and_several_by_median() -> None:
+    assert score.aggregate_ms([4.76]) == 4.76
+    assert score.aggregate_ms([5.0, 1.0, 100.0]) == 5.0
+    assert math.log(score.aggregate_ms([4.728])) == pytest.approx(1.5535, abs=1e-3)  # the paper's start anchor
+
+
+def test_call_timeout_interrupts_a_long_call() -> None:
+    started = time.monotonic()
+    with pytest.raises(score.CallTimeout), score.call_timeout(0.2):
+        time.sleep(5)
+    assert time.monotonic() - started < 2
+
+
+def test_inputs_span_minus_ten_to_nine() -> None:
+    x = score.random_input(100_000, "cpu", torch.Generator().manual_seed(0))
+    assert x.dtype == torch.int32 and int(x.min()) == -10 and int(x.max()) == 9

@@ -1,0 +1,155 @@
+"""Calibrated anchors: timing scores mean something only on the hardware they were measured on.
+
+`rebench envs calibrate` scores the starting and the reference solution several
+times here and stores the medians with a fingerprint of this machine.
+Normalization then uses calibrated anchors for the same hardware, environment
+version and profile when they exist, and the environment's declared ones
+otherwise; reports say which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from rebench.environments.registry import Environment
+from rebench.errors import RebenchError
+from rebench.store.db import Store
+from rebench.store.models import Calibration
+
+
+class HardwareFingerprint(BaseModel):
+    key: str
+    description: str
+
+
+class ResolvedAnchors(BaseModel):
+    start: float
+    reference: float
+    kind: Literal["declared", "calibrated"]
+    hardware: str | None = None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def _gpus() -> list[str]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split("(")[0].strip() for line in out.splitlines() if line.strip()]
+
+
+def hardware_fingerprint() -> HardwareFingerprint:
+    """A short stable key for "the same machine type": CPU model, core count, architecture, GPUs."""
+    description = f"{_cpu_model()} x{os.cpu_count()} ({platform.machine()})"
+    gpus = _gpus()
+    if gpus:
+        description += " + " + ", ".join(gpus)
+    return HardwareFingerprint(key=hashlib.sha256(description.encode()).hexdigest()[:12], description=description)
+
+
+def resolve_anchors(store: Store, env: Environment, profile: str, hardware: str | None = None) -> ResolvedAnchors:
+    declared = env.profile(profile).anchors
+    key = hardware or hardware_fingerprint().key
+    with store.session() as session:
+        row = session.scalars(
+            select(Calibration)
+            .where(
+                Calibration.environment == env.name,
+                Calibration.env_version == env.version,
+                Calibration.profile == profile,
+                Calibration.hardware == key,
+            )
+            .order_by(Calibration.id.desc())
+        ).first()
+    if row is None:
+        return ResolvedAnchors(start=declared.start, reference=declared.reference, kind="declared")
+    return ResolvedAnchors(start=row.start_raw, reference=row.reference_raw, kind="calibrated", hardware=key)
+
+
+async def measure_anchors(
+    env: Environment,
+    profile: str,
+    *,
+    backend: str,
+    repeats: int,
+    log: Callable[[str], None],
+) -> tuple[list[float | None], list[float | None]]:
+    """Score the starting solution, then the reference solution, `repeats` times each,
+    in one fresh sandbox (the same path an attempt's scores take)."""
+    from rebench.environments.build import assets_dir
+    from rebench.environments.install import install_environment
+    from rebench.sandbox.base import SandboxSpec
+    from rebench.sandbox.factory import create_sandbox
+    from rebench.scoring.run import run_scoring
+
+    spec_profile = env.profile(profile)
+    spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,
+                       cpus=spec_profile.resources.cpus, memory_gb=spec_profile.resources.memory_gb)
+    sandbox = create_sandbox(backend, spec, env)
+    await sandbox.start()
+    try:
+        await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
+        start = []
+        for index in range(repeats):
+            result = await run_scoring(sandbox, spec_profile.score_timeout_s)
+            log(f"starting solution, run {index + 1}/{repeats}: {result.raw}")
+            start.append(result.raw)
+        if env.reference_dir is None:
+            raise RebenchError(f"environment {env.name!r} has no reference/ folder to calibrate with")
+        await sandbox.copy_in(str(env.reference_dir), sandbox.paths.solution, user="agent")
+        if (env.reference_dir / "run.sh").is_file():
+            log("running the reference solution's run.sh")
+            ran = await sandbox.exec("bash run.sh", user="agent", timeout=3 * 3600)
+            if not ran.ok:
+                raise RebenchError(f"reference run.sh of {env.name!r} failed: {ran.stderr.strip()[-300:]}")
+        reference = []
+        for index in range(repeats):
+            result = await run_scoring(sandbox, spec_profile.score_timeout_s)
+            log(f"reference solution, run {index + 1}/{repeats}: {result.raw}")
+            reference.append(result.raw)
+        return start, reference
+    finally:
+        await sandbox.stop()
+
+
+def save_calibration(store: Store, env: Environment, profile: str,
+                     start: list[float | None], reference: list[float | None]) -> Calibration:
+    """Store the medians; any invalid run means the environment is broken here, not a noisy run."""
+    for label, values in (("starting", start), ("reference", reference)):
+        if not values or any(v is None for v in values):
+            raise RebenchError(f"calibration of {env.name!r}: the {label} solution did not score validly: {values}")
+    hardware = hardware_fingerprint()
+    row = Calibration(
+        environment=env.name, env_version=env.version, profile=profile, hardware=hardware.key,
+        hardware_description=hardware.description,
+        start_raw=statistics.median([v for v in start if v is not None]),
+        reference_raw=statistics.median([v for v in reference if v is not None]),
+        samples={"start": start, "reference": reference},
+    )
+    if row.start_raw == row.reference_raw:
+        raise RebenchError(f"calibration of {env.name!r}: starting and reference scores are equal ({row.start_raw})")
+    with store.session() as session:
+        session.add(row)
+    return row

@@ -1,0 +1,198 @@
+"""Campaigns: plan attempt rows for environments x agent x budget x k, then run them.
+
+Planning writes every attempt row in one transaction (all or nothing). Running
+leases CPU slots and GPU ids, runs attempts with the AttemptRunner, retries an
+attempt once when the infrastructure failed under it, and on interrupt marks
+what did not finish as `interrupted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from rebench.agents.base import AgentConfig
+from rebench.environments.registry import Environment, EnvironmentRegistry
+from rebench.errors import RebenchError
+from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
+from rebench.sandbox.factory import create_sandbox
+from rebench.store.db import Store
+from rebench.store.models import Attempt, Campaign
+
+MAX_INFRA_RETRIES = 1
+
+
+class CampaignSpec(BaseModel):
+    """What `rebench run` was asked to do; stored with the campaign."""
+
+    environments: list[str]
+    agent: AgentConfig
+    profile: str
+    budget_s: float = Field(gt=0)
+    k: int = Field(ge=1)
+    backend: str
+    seed: int = 0
+    parallel: int = Field(1, ge=1)
+    gpus: list[int] = Field(default_factory=list)
+    network: bool | None = None
+
+
+def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistry) -> tuple[int, list[int]]:
+    """Validate everything first, then write the campaign and its queued attempts at once."""
+    envs = [registry.get(name) for name in spec.environments]
+    for env in envs:
+        env.profile(spec.profile)
+    with store.session() as session:
+        campaign = Campaign(spec=spec.model_dump(mode="json"), status="running")
+        session.add(campaign)
+        session.flush()
+        ids = []
+        for env in envs:
+            for index in range(spec.k):
+                attempt = Attempt(
+                    campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
+                    profile=spec.profile, agent=spec.agent.name, model=spec.agent.model, budget_s=spec.budget_s,
+                    seed=spec.seed + index, status="queued", backend=spec.backend,
+                )
+                session.add(attempt)
+                session.flush()
+                ids.append(attempt.id)
+        return campaign.id, ids
+
+
+class GpuPool:
+    """Hands out explicit GPU device ids; an attempt gets the ids it needs or waits."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.free = list(ids)
+        self.condition = asyncio.Condition()
+
+    async def acquire(self, count: int) -> list[int]:
+        if count > len(self.free) and count > 0 and not self.free:
+            raise RebenchError(f"an attempt needs {count} GPU(s) but none were given; pass --gpus 0,1,...")
+        async with self.condition:
+            await self.condition.wait_for(lambda: len(self.free) >= count)
+            taken, self.free = self.free[:count], self.free[count:]
+            return taken
+
+    async def release(self, ids: list[int]) -> None:
+        async with self.condition:
+            self.free.extend(ids)
+            self.condition.notify_all()
+
+
+def recover_orphans(store: Store) -> int:
+    """Attempts left `running` by a harness that was killed (SIGKILL, power loss): mark them."""
+    fixed = 0
+    with store.session() as session:
+        for attempt in session.scalars(select(Attempt).where(Attempt.status == "running")):
+            if attempt.pid is not None and _pid_alive(attempt.pid) and attempt.pid != os.getpid():
+                continue
+            attempt.status, attempt.error_source = "interrupted", "infrastructure"
+            attempt.error_message = "the harness process died while the attempt was running"
+            fixed += 1
+    return fixed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class CampaignRunner:
+    def __init__(
+        self,
+        store: Store,
+        registry: EnvironmentRegistry,
+        *,
+        snapshots_dir: Path,
+        progress: Progress | None = None,
+        sandbox_factory: SandboxFactory = create_sandbox,
+        on_outcome: Callable[[AttemptOutcome], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.snapshots_dir = snapshots_dir
+        self.progress = progress
+        self.sandbox_factory = sandbox_factory
+        self.on_outcome = on_outcome or (lambda _o: None)
+
+    async def run(self, campaign_id: int, spec: CampaignSpec) -> list[AttemptOutcome]:
+        with self.store.session() as session:
+            queued = [(a.id, a.environment) for a in session.scalars(
+                select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == "queued")
+                .order_by(Attempt.id))]
+        slots = asyncio.Semaphore(spec.parallel)
+        gpus = GpuPool(spec.gpus)
+        outcomes: list[AttemptOutcome] = []
+
+        async def one(attempt_id: int, env_name: str) -> None:
+            env = self.registry.get(env_name)
+            async with slots:
+                needed = env.profile(spec.profile).resources.gpus
+                lease = await gpus.acquire(needed) if needed else []
+                try:
+                    outcome = await self._run_with_retry(attempt_id, env, spec, lease)
+                finally:
+                    await gpus.release(lease)
+            outcomes.append(outcome)
+            self.on_outcome(outcome)
+
+        try:
+            await asyncio.gather(*(one(i, e) for i, e in queued))
+        except BaseException:
+            self._mark_unfinished(campaign_id)
+            raise
+        self._set_campaign_status(campaign_id, "done")
+        return outcomes
+
+    async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
+                              gpus: list[int]) -> AttemptOutcome:
+        runner = AttemptRunner(self.store, env, backend=spec.backend, snapshots_dir=self.snapshots_dir,
+                               progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
+                               network=spec.network)
+        outcome = await runner.run(attempt_id, spec.agent)
+        retries = 0
+        while outcome.error_source == "infrastructure" and retries < MAX_INFRA_RETRIES:
+            retries += 1
+            attempt_id = self._plan_retry(attempt_id)
+            outcome = await runner.run(attempt_id, spec.agent)
+        return outcome
+
+    def _plan_retry(self, failed_id: int) -> int:
+        """The failed try is kept but no longer counted; its retry is a new row pointing back at it."""
+        with self.store.session() as session:
+            failed = session.get_one(Attempt, failed_id)
+            failed.counted = False
+            retry = Attempt(
+                campaign_id=failed.campaign_id, source="own", environment=failed.environment,
+                env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
+                budget_s=failed.budget_s, seed=failed.seed, status="queued", backend=failed.backend,
+                retry_of=failed.id,
+            )
+            session.add(retry)
+            session.flush()
+            return retry.id
+
+    def _mark_unfinished(self, campaign_id: int) -> None:
+        with self.store.session() as session:
+            for attempt in session.scalars(select(Attempt).where(
+                    Attempt.campaign_id == campaign_id, Attempt.status.in_(("queued", "running")))):
+                attempt.status, attempt.error_source = "interrupted", "user"
+                attempt.error_message = attempt.error_message or "the campaign was interrupted before it ran"
+            campaign = session.get_one(Campaign, campaign_id)
+            campaign.status = "interrupted"
+
+    def _set_campaign_status(self, campaign_id: int, status: str) -> None:
+        with self.store.session() as session:
+            session.get_one(Campaign, campaign_id).status = status

@@ -1,0 +1,1 @@
+"""The `rebench` command line."""

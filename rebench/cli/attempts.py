@@ -1,0 +1,121 @@
+"""`rebench attempts list|show`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from sqlalchemy import select
+
+from rebench.budget import format_duration
+from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
+from rebench.errors import RebenchError
+from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreEvent
+
+app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True)
+
+LIST_COLUMNS = ("id", "campaign", "environment", "profile", "agent", "model", "budget", "status",
+                "error_source", "final_raw", "normalized", "working_s")
+
+
+def _attempt_row(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id, "campaign": a.campaign_id, "environment": a.environment, "profile": a.profile,
+        "agent": a.agent, "model": a.model, "budget": format_duration(a.budget_s), "status": a.status,
+        "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
+        "working_s": round(a.working_s, 2),
+    }
+
+
+@app.command("list")
+def list_command(
+    db: DbOption = None,
+    json_output: JsonOption = False,
+    campaign: Annotated[int | None, typer.Option("--campaign", help="Only this campaign.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only attempts with this status.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N attempts.")] = 50,
+) -> None:
+    """Attempts, newest first."""
+    if status is not None and status not in ATTEMPT_STATUSES:
+        raise RebenchError(f"invalid --status {status!r}; allowed: {', '.join(ATTEMPT_STATUSES)}")
+    store = open_store(db)
+    with store.session() as session:
+        query = select(Attempt).where(Attempt.source == "own").order_by(Attempt.id.desc()).limit(limit)
+        if campaign is not None:
+            query = query.where(Attempt.campaign_id == campaign)
+        if status is not None:
+            query = query.where(Attempt.status == status)
+        rows = [_attempt_row(a) for a in session.scalars(query)]
+    if json_output:
+        print_json(rows)
+        return
+    table = Table(title="Attempts")
+    for column in LIST_COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*[fmt(v) if isinstance(v, float) else ("-" if v is None else str(v))
+                        for v in (row[c] for c in LIST_COLUMNS)])
+    console.print(table)
+
+
+@app.command("show")
+def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption = False) -> None:
+    """One attempt: its row, score log, pauses and every event."""
+    store = open_store(db)
+    with store.session() as session:
+        attempt = session.get(Attempt, attempt_id)
+        if attempt is None:
+            raise RebenchError(f"no attempt with id {attempt_id}")
+        detail = {
+            **_attempt_row(attempt),
+            "env_version": attempt.env_version, "seed": attempt.seed, "backend": attempt.backend,
+            "error_message": attempt.error_message, "limit_reason": attempt.limit_reason,
+            "wall_s": attempt.wall_s, "model_wait_s": attempt.model_wait_s,
+            "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
+            "cached_tokens": attempt.cached_tokens, "cost_usd": attempt.cost_usd,
+            "anchors_kind": attempt.anchors_kind, "snapshot_path": attempt.snapshot_path,
+            "retry_of": attempt.retry_of, "counted": attempt.counted,
+            "scores": [
+                {"kind": s.kind, "working_s": round(s.working_s, 2), "raw": s.raw, "valid": s.valid,
+                 "message": s.message, "duration_s": round(s.duration_s, 2)}
+                for s in session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt_id)
+                                         .order_by(ScoreEvent.id))
+            ],
+            "pauses": [
+                {"reason": p.reason, "start_s": p.start_s, "end_s": p.end_s}
+                for p in session.scalars(select(Pause).where(Pause.attempt_id == attempt_id).order_by(Pause.id))
+            ],
+            "events": [
+                {"seq": e.seq, "kind": e.kind, "working_s": round(e.working_s, 2),
+                 "duration_s": round(e.duration_s, 3), "data": e.data}
+                for e in session.scalars(select(Event).where(Event.attempt_id == attempt_id).order_by(Event.seq))
+            ],
+        }
+    if json_output:
+        print_json(detail)
+        return
+    console.print(
+        f"[bold]attempt {attempt_id}[/]: {detail['environment']} ({detail['profile']}) by {detail['agent']}"
+        f"{' / ' + detail['model'] if detail['model'] else ''}, budget {detail['budget']}\n"
+        f"status {detail['status']}"
+        f"{' (' + detail['error_source'] + ')' if detail['error_source'] else ''}"
+        f"{' limit: ' + detail['limit_reason'] if detail['limit_reason'] else ''}"
+        f"{' - ' + detail['error_message'] if detail['error_message'] else ''}\n"
+        f"final raw {fmt(detail['final_raw'], 4)}, normalized {fmt(detail['normalized'])} "
+        f"({detail['anchors_kind']} anchors); working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
+        highlight=False,
+    )
+    scores = Table(title="Score log")
+    for column in ("kind", "working s", "raw", "valid", "message"):
+        scores.add_column(column)
+    for s in detail["scores"]:
+        scores.add_row(s["kind"], f"{s['working_s']:.1f}", fmt(s["raw"], 4), str(s["valid"]), str(s["message"]))
+    console.print(scores)
+    events = Table(title="Events")
+    for column in ("#", "working s", "kind", "data"):
+        events.add_column(column)
+    for e in detail["events"]:
+        text = str(e["data"])
+        events.add_row(str(e["seq"]), f"{e['working_s']:.1f}", e["kind"], text if len(text) < 300 else text[:300] + "…")
+    console.print(events)

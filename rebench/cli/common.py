@@ -1,0 +1,47 @@
+"""Shared CLI pieces: the database option, consoles, JSON output."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from rebench.store.db import Store, default_db_path
+
+console = Console()
+err_console = Console(stderr=True)
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="SQLite database file (default: $REBENCH_DB or results/rebench.db)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout for scripts.")]
+
+
+def open_store(db: Path | None) -> Store:
+    return Store(db if db is not None else default_db_path())
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def print_json(document: Any) -> None:
+    """Write JSON straight to stdout (not through rich, which would wrap long lines)."""
+    typer.echo(json.dumps(_clean(document), indent=2, default=str))
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}f}"

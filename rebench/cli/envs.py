@@ -1,0 +1,126 @@
+"""`rebench envs list|show|build|calibrate`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rebench.calibration import hardware_fingerprint, measure_anchors, resolve_anchors, save_calibration
+from rebench.cli.common import DbOption, JsonOption, console, err_console, fmt, open_store, print_json
+from rebench.environments.build import assets_dir, local_python
+from rebench.environments.registry import Environment, EnvironmentRegistry
+from rebench.sandbox.factory import resolve_backend
+from rebench.store.db import Store
+
+app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True)
+
+ProfileOption = Annotated[str, typer.Option("--profile", "-p", help="Profile name, e.g. tiny or paper.")]
+BackendOption = Annotated[str | None, typer.Option("--backend", help="local or docker (default: docker if an engine answers).")]
+
+
+def _profile_rows(env: Environment) -> list[dict[str, object]]:
+    rows = []
+    for name, profile in env.metadata.profiles.items():
+        rows.append({
+            "environment": env.name, "title": env.metadata.title, "version": env.version, "profile": name,
+            "gpus": profile.resources.gpus, "cpus": profile.resources.cpus, "memory_gb": profile.resources.memory_gb,
+            "direction": profile.direction, "final_score": profile.final_score,
+            "score_visible": profile.score_visible,
+            "anchor_start": profile.anchors.start, "anchor_reference": profile.anchors.reference,
+        })
+    return rows
+
+
+@app.command("list")
+def list_command(json_output: JsonOption = False) -> None:
+    """Every environment with its profiles, resources and anchors."""
+    rows = [row for env in EnvironmentRegistry().all() for row in _profile_rows(env)]
+    if json_output:
+        print_json(rows)
+        return
+    table = Table(title="Environments")
+    for column in ("environment", "title", "profile", "resources", "better", "final", "start", "reference"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["environment"]), str(row["title"]), str(row["profile"]),
+                      f"{row['gpus']} GPU, {row['cpus']:g} CPU, {row['memory_gb']:g} GB",
+                      str(row["direction"]), str(row["final_score"]),
+                      fmt(row["anchor_start"], 4), fmt(row["anchor_reference"], 4))  # type: ignore[arg-type]
+    console.print(table)
+
+
+@app.command("show")
+def show_command(name: str, db: DbOption = None, json_output: JsonOption = False) -> None:
+    """Metadata, profiles and the anchors normalization will use on this machine."""
+    env = EnvironmentRegistry().get(name)
+    store = open_store(db)
+    resolved = {p: resolve_anchors(store, env, p).model_dump() for p in env.metadata.profiles}
+    if json_output:
+        print_json({"metadata": env.metadata.model_dump(), "root": str(env.root), "anchors_in_use": resolved})
+        return
+    meta = env.metadata
+    console.print(f"[bold]{meta.title}[/] ({meta.name} {meta.version})\n{meta.summary}\nfolder: {env.root}")
+    for profile_name, profile in meta.profiles.items():
+        anchors = resolved[profile_name]
+        console.print(
+            f"\n[bold]{profile_name}[/]: {profile.description}\n"
+            f"  hardware: {profile.hardware}\n"
+            f"  resources: {profile.resources.gpus} GPU, {profile.resources.cpus:g} CPU, "
+            f"{profile.resources.memory_gb:g} GB\n"
+            f"  score: {profile.direction} is better, final = {profile.final_score} valid, "
+            f"visible to agent: {profile.score_visible}, timeout {profile.score_timeout_s:g} s\n"
+            f"  declared anchors: start {profile.anchors.start}, reference {profile.anchors.reference} "
+            f"({profile.anchors.source})\n"
+            f"  in use here: start {anchors['start']:.4f}, reference {anchors['reference']:.4f} ({anchors['kind']})"
+        )
+
+
+@app.command("build")
+def build_command(name: str, profile: ProfileOption = "tiny", backend: BackendOption = None) -> None:
+    """Prepare an environment: its virtualenv and assets (local) or its image (docker)."""
+    env = EnvironmentRegistry().get(name)
+    env.profile(profile)
+    chosen, warning = resolve_backend(backend)
+    if warning:
+        err_console.print(f"[yellow]warning:[/] {warning}")
+    build_environment(env, profile, chosen)
+    console.print(f"built {name} ({profile}) for the {chosen} backend")
+
+
+def build_environment(env: Environment, profile: str, backend: str) -> None:
+    """Build what an attempt on this backend needs; a no-op when it is already cached."""
+    local_python(env, log=lambda m: err_console.print(m, highlight=False))
+    assets_dir(env, profile, log=lambda m: err_console.print(m, highlight=False))
+    if backend == "docker":
+        images = importlib.import_module("rebench.images")
+        images.build_environment_image(env, profile, log=lambda m: err_console.print(m, highlight=False))
+
+
+@app.command("calibrate")
+def calibrate_command(
+    name: str,
+    profile: ProfileOption = "tiny",
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Scoring runs per solution.")] = 3,
+    backend: BackendOption = "local",
+    db: DbOption = None,
+) -> None:
+    """Measure the starting and reference raw scores on this machine and store them as anchors."""
+    env = EnvironmentRegistry().get(name)
+    env.profile(profile)
+    chosen, _ = resolve_backend(backend)
+    build_environment(env, profile, chosen)
+    calibrate_environment(open_store(db), env, profile, chosen, repeats)
+
+
+def calibrate_environment(store: Store, env: Environment, profile: str, backend: str, repeats: int = 3) -> None:
+    start, reference = asyncio.run(measure_anchors(
+        env, profile, backend=backend, repeats=repeats, log=lambda m: err_console.print(m, highlight=False)))
+    row = save_calibration(store, env, profile, start, reference)
+    console.print(
+        f"calibrated {env.name} ({profile}) on {hardware_fingerprint().description}: "
+        f"start {row.start_raw:.4f}, reference {row.reference_raw:.4f} (hardware key {row.hardware})"
+    )

@@ -1,0 +1,227 @@
+"""AttemptContext: the runner's implementation of the agent's door to the world.
+
+Every method records an event row, so an attempt can be replayed from the
+database, and every method goes through the sandbox, so the hard timer can
+cancel it and kill what it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
+from rebench.clock import AttemptClock, PauseInterval
+from rebench.sandbox.base import ExecResult, Sandbox, SandboxPaths
+from rebench.scoring.result import ScoreResult
+from rebench.scoring.run import run_scoring
+from rebench.store.db import Store
+from rebench.store.models import Attempt, Event, Pause, ScoreEvent
+
+EVENT_OUTPUT_LIMIT = 20_000
+
+
+def _short(text: str, limit: int = EVENT_OUTPUT_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+
+
+class AttemptRecorder:
+    """Writes an attempt's events, scores and pauses as they happen (each its own transaction),
+    so a crash or an interrupt keeps everything logged up to that point."""
+
+    def __init__(self, store: Store, attempt_id: int, clock: AttemptClock) -> None:
+        self.store = store
+        self.attempt_id = attempt_id
+        self.clock = clock
+        self._seq = 0
+
+    def event(self, kind: str, duration_s: float = 0.0, **data: Any) -> None:
+        self._seq += 1
+        with self.store.session() as session:
+            session.add(Event(attempt_id=self.attempt_id, seq=self._seq, kind=kind,
+                              working_s=self.clock.working_seconds(), duration_s=duration_s, data=data))
+
+    def score(self, result: ScoreResult, kind: str) -> None:
+        with self.store.session() as session:
+            session.add(ScoreEvent(attempt_id=self.attempt_id, kind=kind, working_s=self.clock.working_seconds(),
+                                   raw=result.raw if result.valid else None, valid=result.valid,
+                                   message=result.message, details=result.details, duration_s=result.duration_s))
+
+    def pause_started(self, interval: PauseInterval) -> int:
+        with self.store.session() as session:
+            row = Pause(attempt_id=self.attempt_id, reason=interval.reason,
+                        start_s=self.clock.offset(interval.start), end_s=None)
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def pause_ended(self, row_id: int, interval: PauseInterval) -> None:
+        with self.store.session() as session:
+            row = session.get(Pause, row_id)
+            if row is not None and interval.end is not None:
+                row.end_s = self.clock.offset(interval.end)
+
+    def usage(self, usage: ModelUsage) -> Attempt:
+        with self.store.session() as session:
+            attempt = session.get_one(Attempt, self.attempt_id)
+            attempt.input_tokens += usage.input_tokens
+            attempt.output_tokens += usage.output_tokens
+            attempt.cached_tokens += usage.cached_tokens
+            attempt.cost_usd += usage.cost_usd
+            attempt.model_wait_s += usage.wait_s
+            return attempt
+
+
+class AttemptContext:
+    """Implements rebench.agents.AgentContext for one attempt."""
+
+    def __init__(
+        self,
+        *,
+        sandbox: Sandbox,
+        recorder: AttemptRecorder,
+        clock: AttemptClock,
+        instructions: str,
+        environment: EnvironmentInfo,
+        config: AgentConfig,
+        budget_s: float,
+        seed: int,
+        score_timeout_s: float,
+        reference_dir: Path | None,
+        max_command_timeout_s: float | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.recorder = recorder
+        self.clock = clock
+        self.instructions = instructions
+        self.environment = environment
+        self.config = config
+        self.budget_s = budget_s
+        self.seed = seed
+        self.reference_dir = reference_dir
+        self.score_timeout_s = score_timeout_s
+        self.max_command_timeout_s = max_command_timeout_s
+        self.submitted = asyncio.Event()
+        self.answer: str | None = None
+        self.limit_reason: str | None = None
+        self._scores: list[ScoreResult] = []
+
+    @property
+    def paths(self) -> SandboxPaths:
+        return self.sandbox.paths
+
+    def elapsed_s(self) -> float:
+        return self.clock.working_seconds()
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.budget_s - self.clock.working_seconds())
+
+    def _timeout(self, requested: float | None) -> float:
+        """No command may outlive the budget, whatever timeout the agent asks for."""
+        allowed = self.remaining_s() + 1.0
+        if self.max_command_timeout_s is not None:
+            allowed = min(allowed, self.max_command_timeout_s)
+        return min(requested, allowed) if requested is not None else allowed
+
+    async def _exec(self, kind: str, command: str, shown: dict[str, Any], timeout: float | None,
+                    stdin: bytes | None = None) -> ExecResult:
+        started = time.monotonic()
+        try:
+            result = await self.sandbox.exec(command, user="agent", timeout=self._timeout(timeout), stdin=stdin)
+        except asyncio.CancelledError:
+            self.recorder.event(kind, time.monotonic() - started, **shown, cancelled=True)
+            raise
+        self.recorder.event(kind, result.duration_s, **shown, exit_code=result.exit_code,
+                            timed_out=result.timed_out, stdout=_short(result.stdout), stderr=_short(result.stderr))
+        return result
+
+    async def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        return await self._exec("bash", command, {"command": command, "timeout": timeout}, timeout)
+
+    async def python(self, code: str, *, timeout: float | None = None) -> ExecResult:
+        return await self._exec("python", "python -", {"code": code, "timeout": timeout}, timeout,
+                                stdin=code.encode())
+
+    async def read_file(self, path: str) -> str:
+        data = await self.sandbox.read_file(self._agent_path(path))
+        self.recorder.event("read_file", path=path, bytes=len(data))
+        return data.decode("utf-8", errors="replace")
+
+    async def write_file(self, path: str, content: str | bytes) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        await self.sandbox.write_file(self._agent_path(path), data, user="agent")
+        self.recorder.event("write_file", path=path, bytes=len(data),
+                            content=_short(data.decode("utf-8", errors="replace"), 4000))
+
+    async def upload_dir(self, source: Path, dest: str) -> None:
+        await self.sandbox.copy_in(str(source), self._agent_path(dest), user="agent")
+        self.recorder.event("upload_dir", source=str(source), dest=dest)
+
+    def _agent_path(self, path: str) -> str:
+        if path.startswith("/"):
+            if path.startswith(self.paths.protected):
+                raise PermissionError(f"{path} is protected")
+            return path
+        return f"{self.paths.solution}/{path}"
+
+    async def score(self) -> dict[str, Any]:
+        started = time.monotonic()
+        result = await run_scoring(self.sandbox, self.score_timeout_s)
+        self._scores.append(result)
+        self.recorder.score(result, "intermediate")
+        feedback = result.feedback(self.environment.score_visible)
+        self.recorder.event("score", time.monotonic() - started, feedback=feedback)
+        return feedback
+
+    async def score_log(self) -> list[dict[str, Any]]:
+        log = [r.feedback(self.environment.score_visible) for r in self._scores]
+        self.recorder.event("score_log", entries=len(log))
+        return log
+
+    async def submit(self, answer: str | None = None) -> None:
+        self.answer = answer
+        self.recorder.event("submit", answer=answer)
+        self.submitted.set()
+
+    async def sleep(self, seconds: float) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.recorder.event("sleep", time.monotonic() - started, seconds=seconds)
+
+    def record_model_call(self, usage: ModelUsage, **event: Any) -> None:
+        self.clock.model_wait_s += usage.wait_s
+        attempt = self.recorder.usage(usage)
+        self.recorder.event("model_call", usage.wait_s, **usage.model_dump(), **event)
+        tokens = attempt.input_tokens + attempt.output_tokens
+        if self.config.token_limit is not None and tokens >= self.config.token_limit:
+            self._limit("tokens", f"{tokens} tokens used, limit {self.config.token_limit}")
+        if self.config.cost_limit_usd is not None and attempt.cost_usd >= self.config.cost_limit_usd:
+            self._limit("cost", f"${attempt.cost_usd:.4f} spent, limit ${self.config.cost_limit_usd:.4f}")
+
+    def _limit(self, which: str, detail: str) -> None:
+        self.limit_reason = which
+        self.recorder.event("limit", which=which, detail=detail)
+        raise LimitExceeded(which, detail)
+
+    def log_event(self, kind: str, **data: Any) -> None:
+        self.recorder.event(kind, **json.loads(json.dumps(data, default=str)))
+
+    @contextmanager
+    def pause(self, reason: str) -> Iterator[PauseInterval]:
+        interval = self.clock.pause(reason)
+        row = self.recorder.pause_started(interval)
+        try:
+            yield interval
+        finally:
+            self.clock.resume(interval)
+            self.recorder.pause_ended(row, interval)

@@ -1,0 +1,95 @@
+"""Preparing an environment on this machine: its virtualenv and its generated assets.
+
+Both are cached under the rebench cache folder, keyed by content hashes, so an
+unchanged environment is never rebuilt and a changed one never reuses stale files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rebench.environments.registry import Environment
+from rebench.errors import RebenchError
+from rebench.paths import cache_dir
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def venv_dir(env: Environment) -> Path:
+    requirements = env.requirements.read_bytes() if env.requirements else b""
+    digest = hashlib.sha256(requirements + sys.version.encode()).hexdigest()[:12]
+    return cache_dir() / "venvs" / f"{env.name}-{digest}"
+
+
+def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> Path:
+    """The environment's virtualenv python, creating it when missing.
+
+    The venv sees the host's site-packages: an environment pinned to the same
+    torch as the host then costs seconds to set up instead of a GB-sized install,
+    while anything missing or pinned differently is installed into the venv.
+    """
+    folder = venv_dir(env)
+    python = folder / "bin" / "python"
+    if (folder / ".complete").exists():
+        return python
+    if not build:
+        raise RebenchError(f"environment {env.name!r} is not built; run: rebench envs build {env.name}")
+    log(f"creating virtualenv for {env.name} in {folder}")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # No pip inside the venv (ensurepip costs many seconds): the harness's pip installs into it.
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)],
+         f"virtualenv for {env.name}")
+    if env.requirements:
+        log(f"installing {env.requirements}")
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+              "--disable-pip-version-check", "-r", str(env.requirements)], f"requirements of {env.name}")
+    (folder / ".complete").touch()
+    return python
+
+
+def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool = True) -> Path | None:
+    """Generated assets for one profile (DIR/home, DIR/workspace, DIR/protected), or None
+    when the environment has no build.py."""
+    script = env.build_script
+    if script is None:
+        return None
+    env.profile(profile)
+    target = cache_dir() / "assets" / env.name / f"{profile}-{env.content_hash(profile)}"
+    if (target / ".complete").exists():
+        return target
+    if not build:
+        raise RebenchError(
+            f"assets of {env.name!r} ({profile}) are not built; run: rebench envs build {env.name} --profile {profile}"
+        )
+    python = local_python(env, log=log)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"building {env.name} assets for profile {profile}")
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
+        out = Path(scratch) / "out"
+        out.mkdir()
+        _run([str(python), str(script), "--profile", profile, "--out", str(out)],
+             f"build.py of {env.name} ({profile})", cwd=env.root)
+        (out / ".complete").touch()
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+    return target
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+        raise RebenchError(f"building {what} failed (exit {result.returncode}): {' | '.join(tail)}")

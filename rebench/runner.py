@@ -1,0 +1,248 @@
+"""AttemptRunner: one attempt from sandbox start to a final attempt row.
+
+    start sandbox -> install environment -> clock starts -> baseline score (paused)
+    -> agent runs under the hard timer -> snapshot -> final score -> stop sandbox
+
+The attempt row is updated at each step, so whatever stops the harness leaves a
+row that says how far it got; score events are committed as they happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from rebench.agents.base import Agent, AgentConfig, EnvironmentInfo, LimitExceeded
+from rebench.agents.registry import load_agent
+from rebench.calibration import resolve_anchors
+from rebench.clock import AttemptClock
+from rebench.context import AttemptContext, AttemptRecorder
+from rebench.environments.build import assets_dir
+from rebench.environments.install import install_environment
+from rebench.environments.registry import Environment
+from rebench.errors import SandboxError
+from rebench.sandbox.base import Sandbox, SandboxSpec
+from rebench.sandbox.factory import create_sandbox
+from rebench.scoring.normalize import final_raw_score, normalize
+from rebench.scoring.run import run_scoring
+from rebench.store.db import Store
+from rebench.store.models import Attempt, ScoreEvent
+
+WATCHDOG_TICK_S = 0.05
+CANCEL_GRACE_S = 10.0
+
+
+class AttemptOutcome(BaseModel):
+    attempt_id: int
+    status: str
+    error_source: str | None = None
+    error_message: str | None = None
+    limit_reason: str | None = None
+    final_raw: float | None = None
+    final_normalized: float | None = None
+    working_s: float = 0.0
+    submitted: bool = False
+
+
+class InfrastructureFailure(Exception):
+    """The sandbox died or vanished under the attempt; not the agent's fault."""
+
+
+Progress = Callable[[int, str], None]
+SandboxFactory = Callable[[str, SandboxSpec, Environment], Sandbox]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AttemptRunner:
+    """Runs one planned attempt row to completion."""
+
+    def __init__(
+        self,
+        store: Store,
+        env: Environment,
+        *,
+        backend: str,
+        snapshots_dir: Path,
+        progress: Progress | None = None,
+        sandbox_factory: SandboxFactory = create_sandbox,
+        gpus: list[int] | None = None,
+        network: bool | None = None,
+    ) -> None:
+        self.store = store
+        self.env = env
+        self.backend = backend
+        self.snapshots_dir = snapshots_dir
+        self.progress = progress or (lambda _id, _msg: None)
+        self.sandbox_factory = sandbox_factory
+        self.gpus = gpus or []
+        self.network = network
+
+    def _update(self, attempt_id: int, **fields: Any) -> None:
+        with self.store.session() as session:
+            attempt = session.get_one(Attempt, attempt_id)
+            for key, value in fields.items():
+                setattr(attempt, key, value)
+
+    async def run(self, attempt_id: int, config: AgentConfig) -> AttemptOutcome:
+        with self.store.session() as session:
+            row = session.get_one(Attempt, attempt_id)
+            profile_name, budget_s, seed, campaign_id = row.profile, row.budget_s, row.seed, row.campaign_id
+        profile = self.env.profile(profile_name)
+        clock = AttemptClock()
+        recorder = AttemptRecorder(self.store, attempt_id, clock)
+        outcome = AttemptOutcome(attempt_id=attempt_id, status="running")
+        sandbox: Sandbox | None = None
+        self._update(attempt_id, status="running", started_at=_now(), backend=self.backend, pid=os.getpid())
+        try:
+            agent = load_agent(config)
+            assets = assets_dir(self.env, profile_name, build=False)
+            spec = SandboxSpec(
+                attempt_id=attempt_id, campaign_id=campaign_id, environment=self.env.name, profile=profile_name,
+                cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
+                network=profile.network if self.network is None else self.network,
+            )
+            self.progress(attempt_id, "starting sandbox")
+            sandbox = self.sandbox_factory(self.backend, spec, self.env)
+            await sandbox.start()
+            clock.start()
+            with clock.paused_for("setup") as interval:
+                pause_row = recorder.pause_started(interval)
+                try:
+                    await install_environment(sandbox, self.env, profile_name, assets)
+                    self.progress(attempt_id, "scoring the starting solution")
+                    baseline = await run_scoring(sandbox, profile.score_timeout_s)
+                    recorder.score(baseline, "baseline")
+                finally:
+                    clock.resume(interval)
+                    recorder.pause_ended(pause_row, interval)
+            ctx = AttemptContext(
+                sandbox=sandbox, recorder=recorder, clock=clock,
+                instructions=self.env.instructions(profile_name, sandbox.paths),
+                environment=EnvironmentInfo(
+                    name=self.env.name, title=self.env.metadata.title, version=self.env.version,
+                    profile=profile_name, direction=profile.direction, score_visible=profile.score_visible,
+                ),
+                config=config, budget_s=budget_s, seed=seed, score_timeout_s=profile.score_timeout_s,
+                reference_dir=self.env.reference_dir if getattr(agent, "uses_reference", False) else None,
+            )
+            recorder.event("start", instructions=ctx.instructions, agent=config.name, model=config.model,
+                           budget_s=budget_s, backend=self.backend)
+            self.progress(attempt_id, "agent running")
+            await self._run_agent(agent, ctx, sandbox, outcome)
+            if outcome.status == "done" and not await sandbox.alive():
+                raise InfrastructureFailure("the sandbox stopped during the attempt")
+        except asyncio.CancelledError:
+            outcome.status, outcome.error_source = "interrupted", "user"
+            outcome.error_message = "interrupted by the user"
+            raise
+        except InfrastructureFailure as exc:
+            outcome.status, outcome.error_source, outcome.error_message = "error", "infrastructure", str(exc)
+        except SandboxError as exc:
+            outcome.status, outcome.error_source, outcome.error_message = "error", "infrastructure", str(exc)
+        except Exception as exc:
+            outcome.status, outcome.error_source = "error", "environment"
+            outcome.error_message = f"{type(exc).__name__}: {exc}"
+        finally:
+            clock.stop()
+            await self._finish(attempt_id, outcome, clock, sandbox)
+        return outcome
+
+    async def _run_agent(self, agent: Agent, ctx: AttemptContext, sandbox: Sandbox, outcome: AttemptOutcome) -> None:
+        """Run the agent under the hard timer: the budget is checked every tick, not
+        only when the agent next acts, and cancellation kills its running commands."""
+        task = asyncio.create_task(agent.run(ctx))
+        try:
+            await self._watch(task, ctx, sandbox, outcome)
+        finally:
+            outcome.submitted = ctx.submitted.is_set()
+
+    async def _watch(self, task: asyncio.Task[None], ctx: AttemptContext, sandbox: Sandbox,
+                     outcome: AttemptOutcome) -> None:
+        reason: str | None = None
+        while not task.done():
+            if ctx.clock.working_seconds() >= ctx.budget_s:
+                reason = "time"
+                break
+            if ctx.submitted.is_set():
+                reason = "submitted"
+                break
+            await asyncio.wait({task}, timeout=WATCHDOG_TICK_S)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, CANCEL_GRACE_S)
+        if reason == "time":
+            ctx.recorder.event("limit", which="time", detail=f"working time reached {ctx.budget_s:.0f} s")
+            outcome.status, outcome.limit_reason = "limit", "time"
+            return
+        if reason == "submitted":
+            outcome.status = "done"
+            return
+        exc = task.exception() if not task.cancelled() else None
+        if isinstance(exc, LimitExceeded):
+            outcome.status, outcome.limit_reason = "limit", exc.which
+        elif exc is not None:
+            if not await sandbox.alive():
+                raise InfrastructureFailure(f"the sandbox died: {type(exc).__name__}: {exc}")
+            outcome.status, outcome.error_source = "error", "agent"
+            outcome.error_message = f"{type(exc).__name__}: {exc}"
+            ctx.recorder.event("agent_error", error=outcome.error_message)
+        else:
+            outcome.status = "done"
+
+    async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
+                      sandbox: Sandbox | None) -> None:
+        """Snapshot, stop and write the final row; shielded so an interrupt cannot skip it."""
+
+        async def finish() -> None:
+            snapshot: str | None = None
+            if sandbox is not None:
+                with contextlib.suppress(Exception):
+                    target = self.snapshots_dir / f"attempt-{attempt_id}"
+                    await sandbox.copy_out(sandbox.paths.solution, str(target))
+                    snapshot = str(target)
+                with contextlib.suppress(Exception):
+                    await sandbox.stop()
+            self._finalize_row(attempt_id, outcome, clock, snapshot)
+
+        await asyncio.shield(finish())
+
+    def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
+                      snapshot: str | None) -> None:
+        profile = self.env.profile(self._profile_of(attempt_id))
+        with self.store.session() as session:
+            attempt = session.get_one(Attempt, attempt_id)
+            raws = [s.raw for s in session.query(ScoreEvent).filter_by(attempt_id=attempt_id, kind="intermediate")
+                    .order_by(ScoreEvent.id)]
+            final = final_raw_score(raws, rule=profile.final_score, direction=profile.direction)
+            anchors = resolve_anchors(self.store, self.env, attempt.profile)
+            outcome.final_raw = final
+            outcome.final_normalized = normalize(final, anchors.start, anchors.reference)
+            outcome.working_s = clock.working_seconds()
+            attempt.status = outcome.status
+            attempt.error_source = outcome.error_source
+            attempt.error_message = outcome.error_message
+            attempt.limit_reason = outcome.limit_reason
+            attempt.final_raw = final
+            attempt.final_normalized = outcome.final_normalized
+            attempt.anchors_kind = anchors.kind
+            attempt.wall_s = clock.wall_seconds()
+            attempt.working_s = clock.working_seconds()
+            attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)
+            attempt.ended_at = _now()
+            attempt.snapshot_path = snapshot
+            attempt.submitted = outcome.submitted
+
+    def _profile_of(self, attempt_id: int) -> str:
+        with self.store.session() as session:
+            return session.get_one(Attempt, attempt_id).profile

@@ -1,0 +1,115 @@
+"""The in-sandbox scoring helper, run as a real subprocess on real files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import FIXTURE_ENVS, REPO
+
+HELPER = REPO / "rebench" / "scoring" / "score_helper.py"
+KERNEL = REPO / "environments" / "triton_cumsum"
+
+
+def run_helper(tmp_path: Path, program: Path, params: dict, timeout: float = 10) -> dict:
+    params_file = tmp_path / "params.json"
+    params_file.write_text(json.dumps(params))
+    out = tmp_path / "result.json"
+    subprocess.run([sys.executable, str(HELPER), "--program", str(program), "--params", str(params_file),
+                    "--out", str(out), "--log", str(tmp_path / "score.log"), "--timeout", str(timeout)],
+                   check=True, timeout=timeout + 30)
+    return json.loads(out.read_text())
+
+
+@pytest.fixture
+def counter(tmp_path: Path) -> dict:
+    (tmp_path / "solution").mkdir()
+    (tmp_path / "protected").mkdir()
+    (tmp_path / "protected" / "answer.txt").write_text("42")
+    return {"solution": str(tmp_path / "solution"), "protected": str(tmp_path / "protected"),
+            "secret_file": "answer.txt"}
+
+
+COUNTER_SCORE = FIXTURE_ENVS / "counter" / "scoring" / "score.py"
+
+
+def test_valid_score_is_written_and_logged(tmp_path: Path, counter: dict) -> None:
+    (tmp_path / "solution" / "value.txt").write_text("7.5")
+    result = run_helper(tmp_path, COUNTER_SCORE, counter)
+    assert result["raw"] == 7.5 and result["message"] == {"value": 7.5}
+    assert result["details"]["secret"] == "42"
+    rows = list(csv.reader((tmp_path / "score.log").open()))
+    assert rows[0] == ["timestamp", "score", "message", "details"]
+    assert float(rows[1][1]) == 7.5
+
+
+def test_crashing_scorer_gives_invalid_not_a_crash(tmp_path: Path, counter: dict) -> None:
+    (tmp_path / "solution" / "value.txt").write_text("crash")
+    result = run_helper(tmp_path, COUNTER_SCORE, counter)
+    assert result["raw"] is None
+    assert "scorer crashed on purpose" in result["message"]["error"]
+
+
+def test_timeout_gives_invalid_with_timeout_message(tmp_path: Path, counter: dict) -> None:
+    (tmp_path / "solution" / "value.txt").write_text("sleep 30")
+    result = run_helper(tmp_path, COUNTER_SCORE, counter, timeout=1)
+    assert result["raw"] is None and result["message"] == {"timeout": True}
+    assert result["duration_s"] < 10
+    rows = list(csv.reader((tmp_path / "score.log").open()))
+    assert rows[1][1] == "nan"
+
+
+def test_nan_from_scorer_is_invalid(tmp_path: Path, counter: dict) -> None:
+    (tmp_path / "solution" / "value.txt").write_text("nan")
+    assert run_helper(tmp_path, COUNTER_SCORE, counter)["raw"] is None
+
+
+KERNEL_PARAMS = {"device": "cpu", "n_elements": 20_000, "check_elements": 1024, "warmup_calls": 1,
+                 "timed_calls": 3, "call_timeout_s": 20, "torch_threads": 1}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("return torch.cumsum(x, 0).to(torch.int32)", "wrong values"),
+        ("return x.to(torch.int64)", "wrong dtype"),
+        ("raise ValueError('nope')", "ValueError: nope"),
+        ("return [1, 2, 3]", "expected a torch.Tensor"),
+    ],
+)
+def test_kernel_scorer_rejects_wrong_answers(tmp_path: Path, body: str, expected: str) -> None:
+    solution = tmp_path / "solution"
+    solution.mkdir()
+    (solution / "solution.py").write_text(f"import torch\n\ndef prefix_sum(x):\n    {body}\n")
+    result = run_helper(tmp_path, KERNEL / "scoring" / "score.py", {**KERNEL_PARAMS, "solution": str(solution)},
+                        timeout=60)
+    assert result["raw"] is None
+    assert expected in result["message"]["error"]
+
+
+@pytest.mark.torch
+def test_kernel_scorer_times_out_a_slow_call(tmp_path: Path) -> None:
+    solution = tmp_path / "solution"
+    solution.mkdir()
+    (solution / "solution.py").write_text("import time\n\ndef prefix_sum(x):\n    time.sleep(60)\n")
+    result = run_helper(tmp_path, KERNEL / "scoring" / "score.py",
+                        {**KERNEL_PARAMS, "call_timeout_s": 1, "solution": str(solution)}, timeout=60)
+    assert result["raw"] is None and result["message"]["timeout"] is True
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("source", ["workspace", "reference"])
+def test_kernel_starting_and_reference_solutions_are_exact(tmp_path: Path, source: str) -> None:
+    solution = tmp_path / "solution"
+    solution.mkdir()
+    (solution / "solution.py").write_text((KERNEL / source / "solution.py").read_text())
+    result = run_helper(tmp_path, KERNEL / "scoring" / "score.py", {**KERNEL_PARAMS, "solution": str(solution)},
+                        timeout=60)
+    assert result["raw"] is not None and result["message"]["correct"] is True
+    assert len(result["details"]["times_ms"]) == 3

@@ -1,0 +1,46 @@
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rebench.errors import RebenchError
+from rebench.store.db import Store, integrity_ok
+from rebench.store.models import Attempt, Campaign
+
+from .conftest import run_cli
+
+
+def test_migration_creates_schema_in_wal_mode(db_path: Path) -> None:
+    store = Store(db_path)
+    assert {"campaigns", "attempts", "events", "score_events", "pauses", "calibrations"} <= set(store.tables())
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("pragma journal_mode").fetchone()[0] == "wal"
+        assert connection.execute("select version_num from alembic_version").fetchone()[0] == "0001"
+    Store(db_path)  # opening again is a no-op upgrade
+    assert integrity_ok(db_path)
+
+
+def test_failed_transaction_leaves_nothing(db_path: Path) -> None:
+    store = Store(db_path)
+    with pytest.raises(RuntimeError), store.session() as session:
+        session.add(Campaign(spec={}, status="running"))
+        session.flush()
+        session.add(Attempt(environment="x", agent="a", budget_s=1.0))
+        raise RuntimeError("boom")
+    with store.session() as session:
+        assert session.query(Campaign).count() == 0 and session.query(Attempt).count() == 0
+
+
+def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("hello, this is not sqlite")
+    with pytest.raises(RebenchError, match="is not a SQLite database"):
+        Store(bogus)
+    assert bogus.read_text() == "hello, this is not sqlite"
+
+
+def test_db_path_from_environment_variable(tmp_path: Path) -> None:
+    target = tmp_path / "from-env.db"
+    result = run_cli("attempts", "list", "--json", env={"REBENCH_DB": str(target)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]" and target.exists()
