@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sandbox_layout as sl  # noqa: E402
+import sandbox_layout as sl
 
 
 def main() -> None:

@@ -53,9 +53,12 @@ def main() -> None:
     (home / "scaling_constants.json").write_text(json.dumps(constants(params), indent=2) + "\n", encoding="utf-8")
     answer = json.loads(params["default_answer"])
     (workspace / "answer.json").write_text(json.dumps(answer, indent=2) + "\n", encoding="utf-8")
+    width = int(params["example_n_embd"])
+    per_iter = params["n_layer"] * width**2 * 12 * 6 * params["block_size"] * params["batch_size"]
+    steps = int(params["experiment_flops_cap"] // per_iter // 2)
     (workspace / "example_config.py").write_text(
-        "# An example run (the default answer's shape): python train.py example_config.py\n"
-        f"n_embd = {answer['n_embd']}\nmax_iters = {answer['max_iters']}\nlog_interval = 50\n",
+        f"# An example experiment, half the FLOPs cap: python train.py example_config.py\n"
+        f"n_embd = {width}\nmax_iters = {steps}\nlog_interval = 50\n",
         encoding="utf-8",
     )
     buildutil.write_params(home, args.profile, params)

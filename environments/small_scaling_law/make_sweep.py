@@ -23,21 +23,24 @@ import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The grid of max_iters (RE-Bench's grid, 500 * 10^(k/4), divided by ten).
-GRID = [50, 89, 158, 281, 500, 889, 1581, 2811, 4999]
+# The grid of max_iters: RE-Bench's grid (500 * 10^(k/4)) divided by ten up to 889, then the
+# step counts of widths 24 and 12 (1177, 4709), which bracket the optimum at this budget.
+GRID = [50, 89, 158, 281, 500, 889, 1177, 4709]
 DIVERGED_LOSS = 5.0  # a run that diverges scores as a near-uniform predictor (ln 128 = 4.85)
 
 
 def n_embd_for(target: float, max_iters: int, per_iter_per_d2: float, n_head: int) -> int:
     """The width (a multiple of n_head) that spends `target` FLOPs in `max_iters` steps."""
     width = math.sqrt(target / (per_iter_per_d2 * max_iters))
-    return max(n_head, int(round(width / n_head)) * n_head)
+    return max(n_head, round(width / n_head) * n_head)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE / "protected" / "sweep_tiny.json")
     parser.add_argument("--grid", default=",".join(map(str, GRID)))
+    parser.add_argument("--merge", action="store_true",
+                        help="add the new points to those already in --out (a grid run in pieces)")
     args = parser.parse_args()
     params = tomllib.loads((HERE / "environment.toml").read_text())["profiles"]["tiny"]["params"]
     target = float(params["target_flops"])
@@ -70,6 +73,10 @@ def main() -> None:
                      "diverged": loss is None or not math.isfinite(loss), "seconds": round(time.time() - started, 1)}
             print(json.dumps(point), flush=True)
             points.append(point)
+    if args.merge and args.out.exists():
+        new = {p["max_iters"] for p in points}
+        points += [p for p in json.loads(args.out.read_text())["points"] if p["max_iters"] not in new]
+    points.sort(key=lambda p: p["max_iters"])
     best = min(points, key=lambda p: p["val_loss"])
     sweep = {
         "profile": "tiny",

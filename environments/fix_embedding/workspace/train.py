@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT, GPTConfig
 
 
 class TokenBatches:

@@ -30,7 +30,7 @@ def prepare_openwebtext(out_dir: Path, val_fraction: float = 0.0005, seed: int =
     split["val"] = split.pop("test")
 
     def encode(example: dict) -> dict:
-        ids = encoder.encode_ordinary(example["text"]) + [EOT]
+        ids = [*encoder.encode_ordinary(example["text"]), EOT]
         return {"ids": ids, "len": len(ids)}
 
     counts = {}

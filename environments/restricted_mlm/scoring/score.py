@@ -68,8 +68,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     try:
         model = load_solution_model(solution).to(device)
     except Exception as exc:
-        return {"raw": None, "message": {**message, "error": f"loading the model failed: {type(exc).__name__}: {exc}"[:600]},
-                "details": {}}
+        error = f"loading the model failed: {type(exc).__name__}: {exc}"[:600]
+        return {"raw": None, "message": {**message, "error": error}, "details": {}}
     model.eval()
     total, count = 0.0, 0
     seen: set[str] = set()

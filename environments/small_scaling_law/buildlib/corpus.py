@@ -183,6 +183,6 @@ if __name__ == "__main__":
     print("generated", len(toks), f"{time.time() - t0:.2f}s", toks[:20])
     t0 = time.time()
     print("blanket entropy", masked_entropy_bound(spec), f"{time.time() - t0:.2f}s")
-    print("unigram entropy", float(-(np.bincount(toks, minlength=spec.vocab_size) / len(toks) @
-                                    np.log(np.clip(np.bincount(toks, minlength=spec.vocab_size) / len(toks), 1e-12, None)))))
+    counts = np.bincount(toks, minlength=spec.vocab_size) / len(toks)
+    print("unigram entropy", float(-(counts[counts > 0] * np.log(counts[counts > 0])).sum()))
     print(WordTokenizer.for_spec(spec).decode(toks[:20]))

@@ -76,7 +76,7 @@ def fit_law(results: list[dict]) -> dict:
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
-                value = float(loss)
+                value = float(loss.detach())
                 if best is None or value < best[0]:
                     log_e, a, alpha, b, beta = (float(v) for v in theta.detach())
                     best = (value, {"E": math.exp(log_e), "a": a, "alpha": alpha, "b": b, "beta": beta})
