@@ -93,8 +93,8 @@ def test_tiny_start_wrong_architecture_and_reference(tmp_path: Path, layout) -> 
     evil = layout.run_score(env, "tiny", paths)
     assert evil["raw"] is None and "error" in evil["message"]
 
-    ref_paths = layout.lay_out(env, "tiny", tmp_path / "ref", reference=True)
-    proc = layout.run_reference(ref_paths)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ref = layout.run_score(env, "tiny", ref_paths)
-    assert 0.8 <= layout.normalized(env, "tiny", ref["raw"]) <= 1.25, ref
+    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
+    outcome = layout.run_reference_attempt("fix_embedding", "tiny", tmp_path / "campaign.db")
+    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
+    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
+    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome

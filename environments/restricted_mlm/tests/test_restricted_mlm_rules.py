@@ -136,8 +136,8 @@ def test_tiny_start_forbidden_operation_and_reference(tmp_path: Path, layout) ->
     broken = layout.run_score(env, "tiny", paths)
     assert broken["raw"] is None and "no model" in broken["message"]["error"]
 
-    ref_paths = layout.lay_out(env, "tiny", tmp_path / "ref", reference=True)
-    proc = layout.run_reference(ref_paths)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ref = layout.run_score(env, "tiny", ref_paths)
-    assert 0.8 <= layout.normalized(env, "tiny", ref["raw"]) <= 1.25, ref
+    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
+    outcome = layout.run_reference_attempt("restricted_mlm", "tiny", tmp_path / "campaign.db")
+    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
+    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
+    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome
