@@ -89,7 +89,9 @@ def test_tiny_start_wrong_architecture_and_reference(tmp_path: Path, layout) -> 
     assert wrong["raw"] is None and "architecture" in wrong["message"]["error"]
 
     # A pickle that is not a state dict of tensors is refused (weights_only).
-    torch.save({"weights": object.__new__(Path)}, paths["solution"] / "fixed_model.pth")
+    import fractions
+
+    torch.save({"transformer.wte.weight": fractions.Fraction(1, 3)}, paths["solution"] / "fixed_model.pth")
     evil = layout.run_score(env, "tiny", paths)
     assert evil["raw"] is None and "error" in evil["message"]
 
