@@ -7,7 +7,7 @@ import sys
 import click
 import typer
 
-from rebench.cli import attempts, envs, report, run
+from rebench.cli import attempts, envs, import_cmd, report, run
 from rebench.cli.common import err_console
 from rebench.errors import RebenchError
 
@@ -20,6 +20,7 @@ app = typer.Typer(
 )
 app.add_typer(envs.app, name="envs")
 app.add_typer(attempts.app, name="attempts")
+app.add_typer(import_cmd.app, name="import")
 app.command("run")(run.run_command)
 app.command("report")(report.report_command)
 

@@ -1,83 +1,70 @@
-"""`rebench report`: environment x agent x per-attempt budget, with n, mean and best normalized score.
+"""`rebench report`: score@k by total time budget, against human experts, as tables, JSON and files.
 
-Normalized scores of own attempts are computed here from the stored raw score and
-the anchors in force (calibrated for this hardware when they exist).
+Also the per-attempt summary (environment x agent x per-attempt budget with n, mean
+and best normalized score, and which anchors normalized them). Own attempts are
+normalized from their raw score with the anchors in force (see rebench.calibration).
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
-from typing import Any
+from pathlib import Path
+from typing import Annotated
 
-from rich.table import Table
-from sqlalchemy import select
+import typer
 
-from rebench.budget import format_duration
-from rebench.calibration import resolve_anchors
-from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
-from rebench.environments.registry import EnvironmentRegistry
+from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
 from rebench.errors import RebenchError
-from rebench.scoring.normalize import normalize
-from rebench.store.db import Store
-from rebench.store.models import FINISHED_STATUSES, Attempt
-
-SUMMARY_COLUMNS = ("environment", "agent", "budget", "n", "mean", "best", "anchors")
-
-
-def normalized_scores(store: Store) -> list[dict[str, Any]]:
-    """One row per finished, counted attempt with its normalized score recomputed from raw."""
-    registry = EnvironmentRegistry()
-    known = set(registry.names())
-    anchors_cache: dict[tuple[str, str], Any] = {}
-    rows = []
-    with store.session() as session:
-        attempts = list(session.scalars(select(Attempt).where(
-            Attempt.status.in_(FINISHED_STATUSES), Attempt.counted.is_(True))))
-        for a in attempts:
-            if a.source == "own" and a.environment in known and a.status != "interrupted":
-                key = (a.environment, a.profile)
-                if key not in anchors_cache:
-                    anchors_cache[key] = resolve_anchors(store, registry.get(a.environment), a.profile)
-                anchors = anchors_cache[key]
-                score, kind = normalize(a.final_raw, anchors.start, anchors.reference), anchors.kind
-            elif a.source == "imported":
-                score, kind = a.final_normalized or 0.0, "imported"
-            else:
-                continue
-            rows.append({"environment": a.environment, "agent": a.agent if not a.model else f"{a.agent}/{a.model}",
-                         "budget_s": a.budget_s, "score": score, "anchors": kind, "source": a.source})
-    return rows
+from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
+from rebench.report.data import Filters
+from rebench.report.render import print_terminal, report_json, write_outputs
+from rebench.report.service import make_report, settings_from_options
 
 
-def summary_rows(store: Store) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
-    for row in normalized_scores(store):
-        groups[(row["environment"], row["agent"], row["budget_s"])].append(row)
-    out = []
-    for (environment, agent, budget_s), rows in sorted(groups.items()):
-        scores = [r["score"] for r in rows]
-        out.append({
-            "environment": environment, "agent": agent, "budget": format_duration(budget_s),
-            "budget_s": budget_s, "n": len(scores), "mean": statistics.fmean(scores), "best": max(scores),
-            "anchors": ",".join(sorted({r["anchors"] for r in rows})),
-        })
-    return out
-
-
-def report_command(db: DbOption = None, json_output: JsonOption = False) -> None:
-    """Normalized scores by environment, agent and per-attempt budget."""
+def report_command(
+    db: DbOption = None,
+    json_output: JsonOption = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report.md, score_at_k.csv and report.html here.")
+    ] = None,
+    campaign: Annotated[list[int] | None, typer.Option("--campaign", help="Only these campaign ids.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="Only these environments.")] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option("--agent", help="Only these agents (humans always stay as the yardstick)."),
+    ] = None,
+    source: Annotated[str | None, typer.Option("--source", help="own or imported.")] = None,
+    estimator: Annotated[
+        str,
+        typer.Option("--estimator", help="expected_max (METR's code) or sampled_max (the paper's wording)."),
+    ] = "expected_max",
+    n_bootstrap: Annotated[int, typer.Option("--n-bootstrap", help="Bootstrap resamples.")] = DEFAULT_N_BOOTSTRAP,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = DEFAULT_SEED,
+    budgets: Annotated[
+        str, typer.Option("--budgets", help="Total budgets per environment, comma-separated.")
+    ] = "30m,2h,8h,16h,32h",
+    at: Annotated[str, typer.Option("--at", help="Total budget of the per-environment comparison.")] = "8h",
+    by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
+) -> None:
+    """Score@k per agent and total time budget, with bootstrap intervals and human comparison."""
+    filters = Filters(campaigns=campaign or (), environments=env or (), agents=agent or (), source=source)
+    settings = settings_from_options(estimator, n_bootstrap, seed, budgets, at)
     store = open_store(db)
-    rows = summary_rows(store)
+    try:
+        report = make_report(store, filters, settings)
+    finally:
+        store.close()
+    if report is None:
+        if json_output:
+            print_json([])
+            return
+        raise RebenchError(
+            "no finished attempts match these filters; run `rebench run ...` or `rebench import metr-runs FILE` first"
+        )
+    if out is not None:
+        written = write_outputs(report, out)
     if json_output:
-        print_json(rows)
-        return
-    if not rows:
-        raise RebenchError("no finished attempts in the database yet; run `rebench run ...` first")
-    table = Table(title="Normalized score (0 = starting solution, 1 = reference solution)")
-    for column in SUMMARY_COLUMNS:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(row["environment"], row["agent"], row["budget"], str(row["n"]), fmt(row["mean"]),
-                      fmt(row["best"]), row["anchors"])
-    console.print(table)
+        print_json(report_json(report))
+    else:
+        print_terminal(report, console, by_env=by_env)
+        if out is not None:
+            console.print("wrote " + ", ".join(str(p) for p in written))

@@ -1,0 +1,192 @@
+"""Reading attempts out of the store as normalized run scores (the report only reads).
+
+An attempt counts when it finished (`done`, `limit` or `error`, scoring what it had)
+and is marked counted (an infrastructure failure that was retried is not); an
+interrupted attempt says nothing about the agent. Own attempts are normalized from
+their raw final score with the anchors in force (calibrated on this hardware, else
+declared); imported ones carry METR's normalized score. Attempts with a score log
+also carry their score-over-time curve, which lets an attempt stand in for a
+shorter one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import or_, select
+
+from rebench.calibration import ResolvedAnchors, resolve_anchors
+from rebench.environments.metadata import Profile
+from rebench.errors import RebenchError
+from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.scoring.normalize import normalize
+from rebench.store import Attempt, ScoreEvent, Store
+
+SOURCES = ("own", "imported")
+HUMAN_AGENT = "human"
+HUMAN_ATTEMPT_S = 28800.0
+COUNTED_STATUSES = ("done", "limit", "error")  # finished; an interrupted attempt says nothing
+
+
+@dataclass(frozen=True)
+class ScorePoint:
+    """The attempt's final-rule score as it stood from `working_s` on (normalized)."""
+
+    working_s: float
+    normalized: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    attempt_id: int
+    environment: str
+    agent: str
+    source: str
+    budget_s: float
+    score: float
+    anchors: str = "declared"  # declared | calibrated | imported | stored
+    profile: str = ""
+    campaign_id: int | None = None
+    curve: tuple[ScorePoint, ...] | None = None  # None: no score log
+
+    def score_at(self, working_s: float) -> float | None:
+        """The score the attempt had reached by `working_s` of working time; None without a log."""
+        if self.curve is None:
+            return None
+        reached = 0.0
+        for point in self.curve:
+            if point.working_s > working_s:
+                break
+            reached = point.normalized
+        return reached
+
+
+@dataclass(frozen=True)
+class Filters:
+    campaigns: Sequence[int] = ()
+    environments: Sequence[str] = ()
+    agents: Sequence[str] = ()
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source is not None and self.source not in SOURCES:
+            raise RebenchError(f"unknown source {self.source!r}; allowed: {', '.join(SOURCES)}")
+
+
+@dataclass
+class ReportData:
+    runs: list[RunRecord]
+    humans: list[RunRecord]  # human 8 h attempts: the yardstick, whatever the agent filters
+    notes: list[str] = field(default_factory=list)
+
+
+class _Normalizer:
+    """Per (environment, profile): direction, final rule and anchors, looked up once."""
+
+    def __init__(self, store: Store, info: EnvironmentInfo) -> None:
+        self.store = store
+        self.info = info
+        self._cache: dict[tuple[str, str], tuple[Profile, ResolvedAnchors] | None] = {}
+
+    def spec(self, environment: str, profile: str) -> tuple[Profile, ResolvedAnchors] | None:
+        """Direction, final rule and anchors in force (calibrated here, else declared)."""
+        key = (environment, profile)
+        if key not in self._cache:
+            env = self.info.folder(environment)
+            if env is None or profile not in env.metadata.profiles:
+                self._cache[key] = None
+            else:
+                self._cache[key] = (env.profile(profile), resolve_anchors(self.store, env, profile))
+        return self._cache[key]
+
+    def final(self, attempt: Attempt) -> tuple[float, str]:
+        """The normalized final score and the kind of anchors behind it.
+
+        Own attempts are normalized from the raw score (the source of truth) with the
+        anchors in force; without the environment folder the stored value is used.
+        """
+        spec = self.spec(attempt.environment, attempt.profile) if attempt.source == "own" else None
+        if spec is not None:
+            return normalize(attempt.final_raw, spec[1].start, spec[1].reference), spec[1].kind
+        stored = attempt.final_normalized
+        kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
+        return (max(0.0, float(stored)) if stored is not None else 0.0), kind
+
+    def curve(self, attempt: Attempt, events: list[ScoreEvent]) -> tuple[ScorePoint, ...] | None:
+        spec = self.spec(attempt.environment, attempt.profile)
+        if spec is None or not events:
+            return None
+        profile, anchors = spec
+        points: list[ScorePoint] = []
+        standing: float | None = None
+        for event in events:
+            if not event.valid or event.raw is None or event.kind != "intermediate":  # as the runner's final
+                continue
+            raw = float(event.raw)
+            if standing is None or profile.final_score == "last":
+                standing = raw
+            elif profile.direction == "lower":
+                standing = min(standing, raw)
+            else:
+                standing = max(standing, raw)
+            points.append(ScorePoint(event.working_s, normalize(standing, anchors.start, anchors.reference)))
+        return tuple(points)
+
+
+def _counted(query: Any) -> Any:
+    return query.where(Attempt.counted.is_(True), Attempt.status.in_(COUNTED_STATUSES))
+
+
+def agent_label(attempt: Attempt) -> str:
+    """Own attempts are told apart by model too (`modular/claude-...`); METR's alias already names it."""
+    if attempt.source == "own" and attempt.model and attempt.agent != HUMAN_AGENT:
+        return f"{attempt.agent}/{attempt.model}"
+    return attempt.agent
+
+
+def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
+    info = info or default_info()
+    normalizer = _Normalizer(store, info)
+    with store.session() as session:
+        query = _counted(select(Attempt))
+        if filters.environments:
+            query = query.where(Attempt.environment.in_(list(filters.environments)))
+        human_query = query.where(Attempt.agent == HUMAN_AGENT, Attempt.budget_s == HUMAN_ATTEMPT_S)
+        if filters.campaigns:
+            query = query.where(Attempt.campaign_id.in_(list(filters.campaigns)))
+        if filters.agents:
+            wanted = list(filters.agents)
+            query = query.where(or_(Attempt.agent.in_(wanted), (Attempt.agent + "/" + Attempt.model).in_(wanted)))
+        if filters.source:
+            query = query.where(Attempt.source == filters.source)
+        attempts = list(session.scalars(query.order_by(Attempt.id)))
+        humans = list(session.scalars(human_query.order_by(Attempt.id)))
+        own_ids = [a.id for a in attempts + humans if a.source == "own"]
+        events: dict[int, list[ScoreEvent]] = {}
+        for start in range(0, len(own_ids), 500):
+            chunk = own_ids[start : start + 500]
+            rows = session.scalars(
+                select(ScoreEvent)
+                .where(ScoreEvent.attempt_id.in_(chunk))
+                .order_by(ScoreEvent.attempt_id, ScoreEvent.working_s, ScoreEvent.id)
+            )
+            for event in rows:
+                events.setdefault(event.attempt_id, []).append(event)
+
+        def record(attempt: Attempt) -> RunRecord:
+            score, anchors = normalizer.final(attempt)
+            return RunRecord(
+                attempt_id=attempt.id,
+                environment=attempt.environment,
+                agent=agent_label(attempt),
+                source=attempt.source,
+                budget_s=float(attempt.budget_s),
+                score=score,
+                anchors=anchors,
+                profile=attempt.profile,
+                campaign_id=attempt.campaign_id,
+                curve=normalizer.curve(attempt, events.get(attempt.id, [])),
+            )
+
+        return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])

@@ -1,0 +1,310 @@
+"""Rendering a report: terminal tables, JSON, Markdown, CSV and one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rebench.budget import format_duration
+from rebench.errors import RebenchError
+from rebench.report.allocation import Allocation
+from rebench.report.compute import ALL, Report, ScoreRow
+from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
+
+ROW_FIELDS = list(ScoreRow.model_fields)
+
+
+def _f(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def settings_line(report: Report) -> str:
+    s = report.settings
+    return (
+        f"estimator {s.estimator}; 95% percentile-bootstrap intervals from {s.n_bootstrap} resamples "
+        f"of each environment's runs, seed {s.seed}; environments weighted equally"
+    )
+
+
+def _allocation(row: ScoreRow) -> str:
+    return Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+
+
+def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:
+    return sorted(rows, key=lambda r: (r.agent != "human", r.agent, r.source, r.total_s, r.budget_s))
+
+
+def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Every table of the report as (title, header, rows) so all formats show the same numbers."""
+    tables = []
+    overall = [r for r in report.rows if r.environment == ALL]
+    tables.append(
+        (
+            "score@k averaged over environments, by total budget (* = best allocation at that total)",
+            [
+                "agent",
+                "source",
+                "total",
+                "allocation",
+                "envs",
+                "min n",
+                "score",
+                "95% interval",
+                "best alloc",
+            ],
+            [
+                [
+                    r.agent,
+                    r.source,
+                    format_duration(r.total_s),
+                    _allocation(r),
+                    str(r.envs),
+                    str(r.min_n),
+                    _f(r.point),
+                    f"{_f(r.low)}-{_f(r.high)}",
+                    "*" if r.best_allocation else "",
+                ]
+                for r in _sorted_rows(overall)
+            ],
+        )
+    )
+    if by_env:
+        per_env = sorted(
+            (r for r in report.rows if r.environment != ALL),
+            key=lambda r: (r.environment, r.agent != "human", r.agent, r.source, r.total_s, r.budget_s),
+        )
+        tables.append(
+            (
+                "score@k per environment",
+                [
+                    "environment",
+                    "agent",
+                    "source",
+                    "total",
+                    "allocation",
+                    "n",
+                    "score",
+                    "95% interval",
+                    "best",
+                ],
+                [
+                    [
+                        r.environment,
+                        r.agent,
+                        r.source,
+                        format_duration(r.total_s),
+                        _allocation(r),
+                        str(r.n),
+                        _f(r.point),
+                        f"{_f(r.low)}-{_f(r.high)}",
+                        "*" if r.best_allocation else "",
+                    ]
+                    for r in per_env
+                ],
+            )
+        )
+    if report.standings:
+        tables.append(
+            (
+                "standing among human experts: the human 8 h percentile each best allocation matches",
+                ["agent", "source", "total", "allocation", "envs", "score", "human percentile"],
+                [
+                    [
+                        s.agent,
+                        s.source,
+                        format_duration(s.total_s),
+                        s.allocation,
+                        str(s.envs),
+                        _f(s.point),
+                        f"{s.human_percentile:.0f}",
+                    ]
+                    for s in sorted(report.standings, key=lambda s: (s.agent, s.source, s.total_s))
+                ],
+            )
+        )
+    tables.append(
+        (
+            "attempts per environment, agent and per-attempt budget (normalized scores)",
+            ["environment", "agent", "source", "budget", "n", "mean", "best", "anchors"],
+            [
+                [
+                    a.environment,
+                    a.agent,
+                    a.source,
+                    format_duration(a.budget_s),
+                    str(a.n),
+                    _f(a.mean),
+                    _f(a.best),
+                    a.anchors,
+                ]
+                for a in report.summary
+            ],
+        )
+    )
+    tables.append(_humans_table(report, info))
+    return tables
+
+
+def _humans_table(report: Report, info: EnvironmentInfo) -> tuple[str, list[str], list[list[str]]]:
+    ours = report.humans
+    paper_env = {row.environment: row for row in PAPER_ENVIRONMENTS}
+    rows = [
+        ["runs (8 h attempts)", str(ours.runs) if ours else "-", str(PAPER_HUMANS.runs)],
+        ["mean normalized score", _f(ours.mean) if ours else "-", f"{PAPER_HUMANS.mean_normalized:.2f}"],
+        ["non-zero score", _pct(ours.fraction_nonzero) if ours else "-", _pct(PAPER_HUMANS.fraction_nonzero)],
+        [
+            "at or above the reference",
+            _pct(ours.fraction_at_or_above_reference) if ours else "-",
+            _pct(PAPER_HUMANS.fraction_at_or_above_reference),
+        ],
+    ]
+    envs = sorted(set(paper_env) | set(ours.per_environment if ours else {}))
+    for env in envs:
+        mine = ours.per_environment.get(env) if ours else None
+        theirs = paper_env.get(env)
+        rows.append(
+            [
+                f"{info.title(env)}: runs, best",
+                f"{mine[0]}, {_f(mine[1])}" if mine else "-",
+                f"{theirs.human_runs}, {theirs.best_normalized:.2f}" if theirs else "-",
+            ]
+        )
+    return ("human 8 h attempts: this store vs the paper", ["", "this store", PAPER_CITATION], rows)
+
+
+PIPED_WIDTH = 160  # piped output is read in files and pagers; do not squeeze the tables to 80 columns
+
+
+def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    if "source" not in header:
+        return header, rows
+    i = header.index("source")
+    if len({row[i] for row in rows}) > 1:
+        return header, rows
+    return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
+
+
+def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
+    info = info or default_info()
+    if not console.is_terminal and console.width < PIPED_WIDTH:
+        console = Console(width=PIPED_WIDTH, file=console.file, highlight=False)
+    console.print(settings_line(report))
+    sources = sorted({r.source for r in report.rows})
+    if len(sources) == 1:
+        console.print(f"all attempts below are {sources[0]}")
+    for title, full_header, full_rows in _tables(report, by_env, info):
+        header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
+        table = Table(title=title, title_justify="left")
+        for column in header:
+            numeric = column in {"n", "min n", "envs", "score", "mean", "best", "human percentile"}
+            table.add_column(column, justify="right" if numeric else "left", no_wrap=column == "95% interval")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}")
+
+
+def report_json(report: Report) -> list[dict[str, Any]]:
+    """`--json`: the report's rows, each self-describing (see ScoreRow)."""
+    return [row.model_dump() for row in report.rows]
+
+
+def _markdown(report: Report, info: EnvironmentInfo) -> str:
+    lines = ["# rebench report", "", settings_line(report), ""]
+    for title, header, rows in _tables(report, True, info):
+        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+        lines.append("")
+    lines += [f"- note: {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=ROW_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in report.rows:
+        writer.writerow(row.model_dump())
+    return buffer.getvalue()
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+th { background: #f0f0f0; }
+img { max-width: 100%; }
+.note { color: #555; }
+"""
+
+
+def _html(report: Report, info: EnvironmentInfo) -> str:
+    from rebench.report import plots
+
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>rebench report</h1>",
+        f"<p>{html.escape(settings_line(report))}</p>",
+    ]
+    at = report.settings.compare_at_s
+    figures = [
+        ("Average normalized score vs total time budget", plots.score_vs_budget(report)),
+        (f"Per environment at {format_duration(at)} total budget", plots.per_environment(report, at, info)),
+        ("Score over time (attempts with score logs)", plots.score_over_time(report, info)),
+    ]
+    for title, png in figures:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if png is None:
+            parts.append("<p class='note'>No data for this plot.</p>")
+        else:
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+    for title, header, rows in _tables(report, True, info):
+        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>")
+        parts += [f"<th>{html.escape(h)}</th>" for h in header]
+        parts.append("</tr>")
+        for row in rows:
+            parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
+        parts.append("</table>")
+    parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in report.notes]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None) -> list[Path]:
+    """report.md, score_at_k.csv and report.html in `out_dir`; returns the paths written."""
+    info = info or default_info()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RebenchError(f"cannot create the output folder {str(out_dir)!r}: {exc}") from None
+    files = {
+        out_dir / "report.md": _markdown(report, info),
+        out_dir / "score_at_k.csv": _csv(report),
+        out_dir / "report.html": _html(report, info),
+    }
+    for path, text in files.items():
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return list(files)
+
+
+def dumps_json(report: Report) -> str:
+    return json.dumps(report_json(report), indent=2)
