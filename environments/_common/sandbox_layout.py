@@ -22,37 +22,24 @@ ENVIRONMENTS = Path(__file__).resolve().parents[1]
 HELPER = ENVIRONMENTS.parent / "rebench" / "scoring" / "score_helper.py"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("REBENCH_CACHE") or str(Path.home() / ".cache" / "rebench")
-    path = Path(base) / "env-test-assets"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def environment(name: str) -> Environment:
     return EnvironmentRegistry(ENVIRONMENTS).get(name)
 
 
 def built_assets(env: Environment, profile: str) -> Path:
-    """Run build.py once per content hash; later calls reuse the folder."""
-    target = cache_root() / f"{env.name}-{profile}-{env.content_hash(profile)}"
-    if (target / ".done").exists():
-        return target
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([sys.executable, str(env.root / "build.py"), "--profile", profile, "--out", str(tmp)],
-                   check=True)
-    (tmp / ".done").write_text("ok")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
+    """The harness's own asset cache (build.py runs once per content hash), shared with `rebench run`."""
+    from rebench.environments.build import assets_dir
+
+    assets = assets_dir(env, profile)
+    assert assets is not None, f"{env.name} has no build.py"
+    return assets
 
 
 def _copy_tree(source: Path | None, dest: Path) -> None:
     if source is None or not source.exists():
         return
     for item in source.iterdir():
-        if item.name in ("__pycache__", ".done"):
+        if item.name in ("__pycache__", ".complete"):
             continue
         if item.is_dir():
             shutil.copytree(item, dest / item.name, dirs_exist_ok=True,
