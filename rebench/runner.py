@@ -33,7 +33,7 @@ from rebench.sandbox.factory import create_sandbox
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
-from rebench.store.models import Attempt, ScoreEvent
+from rebench.store.models import ERROR_SOURCES, Attempt, ScoreEvent
 
 WATCHDOG_TICK_S = 0.05
 CANCEL_GRACE_S = 10.0
@@ -194,9 +194,12 @@ class AttemptRunner:
         elif exc is not None:
             if not await sandbox.alive():
                 raise InfrastructureFailure(f"the sandbox died: {type(exc).__name__}: {exc}")
-            outcome.status, outcome.error_source = "error", "agent"
+            # Exceptions may say who is to blame (a provider outage is not the agent's fault).
+            blamed = getattr(exc, "error_source", None)
+            outcome.status = "error"
+            outcome.error_source = blamed if blamed in ERROR_SOURCES else "agent"
             outcome.error_message = f"{type(exc).__name__}: {exc}"
-            ctx.recorder.event("agent_error", error=outcome.error_message)
+            ctx.recorder.event("agent_error", error=outcome.error_message, error_source=outcome.error_source)
         else:
             outcome.status = "done"
 

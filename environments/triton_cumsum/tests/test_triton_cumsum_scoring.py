@@ -77,8 +77,8 @@ def test_one_timed_call_is_used_as_is_and_several_by_median() -> None:
 def test_call_timeout_interrupts_a_long_call() -> None:
     started = time.monotonic()
     with pytest.raises(score.CallTimeout), score.call_timeout(0.2):
-        time.sleep(5)
-    assert time.monotonic() - started < 2
+        time.sleep(60)
+    assert time.monotonic() - started < 20  # far below the 60 s the call would take; loose for busy machines
 
 
 def test_inputs_span_minus_ten_to_nine() -> None:

@@ -1,0 +1,135 @@
+"""`modular`: a ReAct agent in the manner of METR's Modular scaffold.
+
+Each turn the model sees the conversation so far plus a note of time used and
+left, and answers with native tool calls (bash, python, score, score_log,
+submit); each result goes back as the next message. The model client, retries
+and accounting come from rebench.models; everything the agent does goes
+through the AgentContext, so it is timed, limited and recorded.
+"""
+
+from __future__ import annotations
+
+from agents.modular.history import estimate_tokens, trim_oldest
+from agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
+from agents.modular.settings import ModularSettings, parse_settings
+from agents.modular.tools import SUBMIT, ToolRunner, tool_specs
+from rebench.agents.base import Agent, AgentConfig, AgentContext
+from rebench.models import (
+    Completion,
+    Message,
+    ModelCaller,
+    ProviderError,
+    RetryPolicy,
+    check_model_available,
+    create_model_client,
+    model_price,
+    model_spec,
+)
+from rebench.models.prices import DEFAULT_CONTEXT_WINDOW
+
+MAX_OVERFLOW_RECOVERIES = 3
+
+
+class ModularAgent:
+    uses_reference = False
+
+    def __init__(self, config: AgentConfig, settings: ModularSettings) -> None:
+        self.config = config
+        self.settings = settings
+
+    async def run(self, ctx: AgentContext) -> None:
+        config = self.config
+        spec = model_spec(config)
+        price = model_price(config, spec)
+        window = self.settings.context_window or price.context_window or DEFAULT_CONTEXT_WINDOW
+        client = create_model_client(config, request_timeout_s=self.settings.request_timeout_s)
+        policy = RetryPolicy(
+            max_retries=self.settings.max_retries,
+            base_delay_s=self.settings.retry_base_s,
+            max_delay_s=self.settings.retry_max_wait_s,
+        )
+        caller = ModelCaller(client, ctx, price, policy)
+        try:
+            await self._loop(ctx, caller, window)
+        finally:
+            await client.close()
+
+    async def _loop(self, ctx: AgentContext, caller: ModelCaller, window: int) -> None:
+        settings = self.settings
+        system = system_prompt(ctx, settings.bash_timeout_s, settings.bash_timeout_max_s)
+        runner = ToolRunner(ctx, settings)
+
+        def note() -> str:
+            return time_note(ctx, caller.tokens_used, caller.cost_used_usd)
+
+        messages = [Message(role="user", content=f"{ctx.instructions}\n\n{note()}")]
+        idle = 0
+        turn = 0
+        while True:
+            turn += 1
+            completion = await self._complete(ctx, caller, system, messages, window, turn)
+            messages.append(Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls))
+            if not completion.tool_calls:
+                idle += 1
+                if idle >= settings.max_idle_turns:
+                    ctx.log_event("agent_gave_up", reason=f"{idle} replies in a row without a tool call")
+                    return
+                nudge = NO_TOOL_CALL
+                if completion.stop_reason in CUT_OFF_REASONS:
+                    nudge = CUT_OFF.format(limit=settings.max_output_tokens)
+                messages.append(Message(role="user", content=f"{nudge}\n\n{note()}"))
+                continue
+            idle = 0
+            for call in completion.tool_calls:
+                shown = await runner.run(call)
+                messages.append(Message(role="tool", tool_call_id=call.id, tool_name=call.name, content=shown))
+                ctx.log_event(
+                    "tool_result",
+                    turn=turn,
+                    tool=call.name,
+                    call_id=call.id,
+                    arguments=call.arguments,
+                    output=shown,
+                )
+                if call.name == SUBMIT and not call.parse_error:
+                    return
+            messages.append(Message(role="user", content=note()))
+
+    async def _complete(
+        self,
+        ctx: AgentContext,
+        caller: ModelCaller,
+        system: str,
+        messages: list[Message],
+        window: int,
+        turn: int,
+    ) -> Completion:
+        """One model call; old tool outputs give way when the context would overflow."""
+        settings = self.settings
+        tools = tool_specs(settings)
+        fill = settings.context_fill
+        for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
+            budget = int(window * fill) - settings.max_output_tokens
+            if estimate_tokens(system, messages, tools, settings.chars_per_token) > budget:
+                removed = trim_oldest(
+                    system, messages, tools, budget_tokens=budget, chars_per_token=settings.chars_per_token
+                )
+                if removed:
+                    ctx.log_event("context_trimmed", turn=turn, messages=removed, budget_tokens=budget)
+            try:
+                return await caller.complete(
+                    system, messages, tools, max_output_tokens=settings.max_output_tokens, turn=turn
+                )
+            except ProviderError as err:
+                if not err.context_overflow:
+                    raise
+                fill /= 2
+        raise ProviderError("the conversation does not fit the model's context window", retryable=False)
+
+
+def create_agent(config: AgentConfig) -> Agent:
+    """Built-in entry point; a missing model, key or bad agent arg is a one-line error here."""
+    settings = parse_settings(config.args)
+    model_spec(config)
+    check_model_available(config)
+    return ModularAgent(config, settings)

@@ -1,0 +1,60 @@
+"""Helpers every environment's build.py uses: reading the profile's params from
+environment.toml, laying out DIR/home, DIR/workspace, DIR/protected, and writing the
+tiny corpus.
+
+Source of truth: environments/_common/buildutil.py (copied into environments by sync.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    return parser.parse_args()
+
+
+def profile_params(env_dir: Path, profile: str) -> dict:
+    """The [profiles.P.params] table of the environment; a one-line error for an unknown profile."""
+    meta = tomllib.loads((env_dir / "environment.toml").read_text(encoding="utf-8"))
+    profiles = meta.get("profiles", {})
+    if profile not in profiles:
+        raise SystemExit(f"unknown profile {profile!r}; allowed: {', '.join(sorted(profiles))}")
+    return dict(profiles[profile].get("params", {}))
+
+
+def layout(out: Path) -> tuple[Path, Path, Path]:
+    """Create and return DIR/home, DIR/workspace, DIR/protected."""
+    parts = tuple(out / name for name in ("home", "workspace", "protected"))
+    for part in parts:
+        part.mkdir(parents=True, exist_ok=True)
+    return parts  # type: ignore[return-value]
+
+
+def write_params(home: Path, profile: str, params: dict) -> None:
+    """The profile's params for `python score.py` run by hand (the harness passes its own)."""
+    payload = {"profile": profile, **params}
+    (home / "profile_params.json").write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n",
+                                              encoding="utf-8")
+
+
+def seed_everything(seed: int, threads: int = 1) -> None:
+    """Seeds and one thread, so a build gives the same bytes on every machine."""
+    import torch
+
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)

@@ -1,0 +1,102 @@
+"""Fix Embedding: the permutation, the weight conversion, the offset, and scoring on tiny."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ENV = Path(__file__).resolve().parents[1]
+
+torch = pytest.importorskip("torch")
+
+
+def _build_module():
+    """build.py of this environment, imported freshly (other environments have a `model` module too)."""
+    import importlib.util
+
+    for name in ("model", "lmtrain", "corpus", "buildutil"):
+        sys.modules.pop(name, None)
+    sys.path.insert(0, str(ENV / "buildlib"))
+    try:
+        spec = importlib.util.spec_from_file_location("fix_embedding_build", ENV / "build.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ENV / "buildlib"))
+        for name in ("model", "lmtrain", "corpus", "buildutil"):
+            sys.modules.pop(name, None)
+    return module
+
+
+@pytest.mark.torch
+def test_permutation_changes_only_the_embedding_rows() -> None:
+    build = _build_module()
+    wte = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    state = {"transformer.wte.weight": wte, "transformer.wpe.weight": torch.ones(3, 4), "lm_head.weight": wte}
+    out = build.permute_embedding(state)
+    assert torch.equal(out["transformer.wpe.weight"], state["transformer.wpe.weight"])
+    assert "lm_head.weight" not in out  # tied: the head is the embedding
+    permuted = out["transformer.wte.weight"]
+    assert not torch.equal(permuted, wte)
+    assert sorted(permuted[:, 0].tolist()) == sorted(wte[:, 0].tolist())  # same rows, new order
+    assert torch.equal(build.permute_embedding(state)["transformer.wte.weight"], permuted)  # seed 48228, fixed
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(48228))
+    assert torch.equal(permuted, wte[perm])
+
+
+@pytest.mark.torch
+def test_hugging_face_weights_are_renamed_and_transposed() -> None:
+    build = _build_module()
+    hf = {
+        "transformer.h.0.attn.c_attn.weight": torch.zeros(4, 12),
+        "transformer.h.0.attn.bias": torch.ones(1, 1, 8, 8),
+        "transformer.h.0.mlp.c_fc.weight": torch.zeros(4, 16),
+        "transformer.h.0.ln_1.weight": torch.ones(4),
+        "lm_head.weight": torch.zeros(10, 4),
+    }
+    out = build.hf_gpt2_to_nanogpt(hf)
+    assert out["transformer.h.0.attn.c_attn.weight"].shape == (12, 4)
+    assert out["transformer.h.0.mlp.c_fc.weight"].shape == (16, 4)
+    assert "transformer.h.0.attn.bias" not in out and "lm_head.weight" not in out
+    assert out["transformer.h.0.ln_1.weight"].shape == (4,)
+
+
+def test_tiny_offset_is_the_corpus_entropy_rate() -> None:
+    sys.path.insert(0, str(ENV / "buildlib"))
+    import corpus
+
+    params = tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
+    assert params["loss_offset"] == pytest.approx(corpus.entropy_rate(corpus.SourceSpec()), abs=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_tiny_start_wrong_architecture_and_reference(tmp_path: Path, layout) -> None:
+    env = layout.environment("fix_embedding")
+    paths = layout.lay_out(env, "tiny", tmp_path / "start")
+    start = layout.run_score(env, "tiny", paths)
+    assert start["raw"] is not None, start
+    assert "loss_validation" in start["message"]
+    assert -0.1 <= layout.normalized(env, "tiny", start["raw"]) <= 0.1
+
+    # The small correct model has the wrong architecture: invalid, not a crash.
+    (paths["solution"] / "fixed_model.pth").write_bytes((paths["home"] / "small_correct_model.pth").read_bytes())
+    wrong = layout.run_score(env, "tiny", paths)
+    assert wrong["raw"] is None and "architecture" in wrong["message"]["error"]
+
+    # A pickle that is not a state dict of tensors is refused (weights_only).
+    import fractions
+
+    torch.save({"transformer.wte.weight": fractions.Fraction(1, 3)}, paths["solution"] / "fixed_model.pth")
+    evil = layout.run_score(env, "tiny", paths)
+    assert evil["raw"] is None and "error" in evil["message"]
+
+    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
+    outcome = layout.run_reference_attempt("fix_embedding", "tiny", tmp_path / "campaign.db")
+    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
+    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
+    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome

@@ -1,0 +1,58 @@
+"""Build Restricted MLM's assets: `python build.py --profile P --out DIR`.
+
+DIR/home:      data/train.bin, data/val.bin (+ meta.json, vocab.json), profile_params.json
+DIR/workspace: basic_model.pt / basic_model.json, the trained starting MLP
+DIR/protected: heldout.bin, the tokens the scorer evaluates on (never shown to the agent)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "buildlib"))
+sys.path.insert(0, str(HERE / "workspace"))
+
+import buildutil  # noqa: E402
+import corpus  # noqa: E402
+from train import train_basic  # noqa: E402
+
+
+def build_paper(home: Path, protected: Path) -> None:
+    import owt
+
+    data = home / "data"
+    counts = owt.prepare_openwebtext(data)
+    (data / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, **counts}) + "\n")
+    # Held-out scoring tokens: the last 4M tokens of the validation split; the agent keeps the rest.
+    owt.split_off(data / "val.bin", data / "val_visible.bin", protected / "heldout.bin", 4_000_000)
+    (data / "val_visible.bin").replace(data / "val.bin")
+
+
+def build_tiny(params: dict, home: Path, protected: Path) -> None:
+    spec = corpus.SourceSpec()
+    data = home / "data"
+    corpus.write_bin(data / "train.bin", corpus.generate(spec, params["train_tokens"], stream_seed=21))
+    corpus.write_bin(data / "val.bin", corpus.generate(spec, params["val_tokens"], stream_seed=22))
+    corpus.write_bin(protected / "heldout.bin", corpus.generate(spec, params["heldout_tokens"], stream_seed=23))
+    corpus.write_meta(data / "meta.json", spec)
+    corpus.WordTokenizer.for_spec(spec).save(data / "vocab.json")
+
+
+def main() -> None:
+    args = buildutil.parse_args(__doc__.splitlines()[0])
+    params = buildutil.profile_params(HERE, args.profile)
+    home, workspace, protected = buildutil.layout(args.out)
+    buildutil.seed_everything(0)
+    if args.profile == "paper":
+        build_paper(home, protected)
+    else:
+        build_tiny(params, home, protected)
+    buildutil.write_params(home, args.profile, params)
+    train_basic({**params, "profile": args.profile}, home / "data", workspace)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Restricted MLM: the enforcer, the offset, and scoring on tiny."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ENV = Path(__file__).resolve().parents[1]
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ENV / "home"))
+
+import torch_rule_enforcer as enforcer  # noqa: E402
+
+LINEAR = torch.nn.Linear(8, 4)
+EMBEDDING = torch.nn.Embedding(10, 4)
+
+F = torch.nn.functional
+
+
+def _run(fn) -> str | None:
+    """The first violation of fn() under the enforcer, or None."""
+    x = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        try:
+            with enforcer.restricted() as mode:
+                fn(x)
+        except enforcer.DisallowedOperationError:
+            pass
+    return mode.violation
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fn", [
+    lambda x: F.relu(LINEAR(x)),
+    lambda x: torch.einsum("btc,cd->btd", x, torch.ones(8, 3)),
+    lambda x: (x @ x.transpose(1, 2)).sum(-1) * 0.25 + x[:, :, 0] - x[:, :, 1],
+    lambda x: torch.cat([F.pad(x, (0, 0, 2, 2)), x], 1).as_strided((2, 3, 2, 8), (80, 8, 8, 1)),
+    lambda x: x.gather(2, torch.zeros(2, 6, 1, dtype=torch.long)).unsqueeze(0).reshape(-1),
+    lambda x: EMBEDDING(x[:, :, :2].sum(-1).long() * 0 + 1),
+], ids=["linear-relu", "einsum", "matmul-sum-mul-add-sub", "pad-cat-strided", "gather-reshape", "embedding"])
+def test_allowed_operations_pass(fn) -> None:
+    assert _run(fn) is None
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("fn", "op"), [
+    (lambda x: x / 2, "div"),
+    (lambda x: F.softmax(x, -1), "_softmax"),
+    (lambda x: x.mean(), "mean"),
+    (lambda x: F.gelu(x), "gelu"),
+    (lambda x: x.exp(), "exp"),
+    (lambda x: x.sqrt(), "sqrt"),
+    (lambda x: F.layer_norm(x, (8,)), "native_layer_norm"),
+    (lambda x: F.conv1d(x, torch.ones(6, 2, 3)), "convolution"),
+    (lambda x: x > 0, "gt"),
+    (lambda x: torch.sin(x), "sin"),
+], ids=["div", "softmax", "mean", "gelu", "exp", "sqrt", "layer_norm", "conv1d", "compare", "sin"])
+def test_forbidden_operations_are_caught(fn, op: str) -> None:
+    assert _run(fn) == op
+
+
+@pytest.mark.torch
+def test_a_forward_that_swallows_the_error_is_still_a_violation() -> None:
+    def sneaky(x):
+        try:
+            return F.softmax(x, -1)
+        except enforcer.DisallowedOperationError:
+            return x
+
+    assert _run(sneaky) == "_softmax"
+
+
+@pytest.mark.torch
+def test_reference_model_uses_only_allowed_operations() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("restricted_mlm_reference_model", ENV / "reference" / "model.py")
+    assert spec is not None and spec.loader is not None
+    reference_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference_model)
+    net = reference_model.ConvMLM(vocab_size=16, width=8, layers=2, kernel=5, hidden=12)
+    tokens = torch.randint(0, 16, (2, 10))
+    with torch.no_grad(), enforcer.restricted() as mode:
+        out = net(tokens)
+    assert mode.violation is None and out.shape == (2, 10, 16)
+    assert "as_strided" in mode.seen
+
+
+def test_tiny_offset_is_below_the_markov_blanket_entropy() -> None:
+    """No masked LM can beat H(token | its whole Markov blanket) on average; the offset must sit
+    just below a Monte Carlo estimate of it (so ln(loss - offset) is defined for any model)."""
+    sys.path.insert(0, str(ENV / "buildlib"))
+    import corpus
+
+    params = tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
+    estimate, stderr = corpus.masked_entropy_bound(corpus.SourceSpec(), n_samples=20000)
+    assert params["loss_offset"] <= estimate
+    assert estimate - params["loss_offset"] < 0.02 + 4 * stderr
+
+
+FORBIDDEN_MODEL = '''
+import torch
+import torch.nn.functional as F
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding({vocab}, {vocab})
+
+    def forward(self, token_indices):
+        return F.softmax(self.emb(token_indices), dim=-1) * 10.0
+
+def get_trained_model():
+    return Net()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_tiny_start_forbidden_operation_and_reference(tmp_path: Path, layout) -> None:
+    env = layout.environment("restricted_mlm")
+    paths = layout.lay_out(env, "tiny", tmp_path / "start")
+    start = layout.run_score(env, "tiny", paths)
+    assert start["raw"] is not None, start
+    assert -0.1 <= layout.normalized(env, "tiny", start["raw"]) <= 0.1
+
+    vocab = env.profile("tiny").params["vocab_size"]
+    (paths["solution"] / "model.py").write_text(FORBIDDEN_MODEL.format(vocab=vocab))
+    bad = layout.run_score(env, "tiny", paths)
+    assert bad["raw"] is None and "_softmax" in bad["message"]["error"]
+
+    (paths["solution"] / "model.py").write_text("def get_trained_model():\n    raise RuntimeError('no model')\n")
+    broken = layout.run_score(env, "tiny", paths)
+    assert broken["raw"] is None and "no model" in broken["message"]["error"]
+
+    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
+    outcome = layout.run_reference_attempt("restricted_mlm", "tiny", tmp_path / "campaign.db")
+    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
+    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
+    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome
