@@ -113,3 +113,10 @@ def test_kernel_starting_and_reference_solutions_are_exact(tmp_path: Path, sourc
                         timeout=60)
     assert result["raw"] is not None and result["message"]["correct"] is True
     assert len(result["details"]["times_ms"]) == 3
+
+
+def test_profile_scoring_env_reaches_the_scoring_process(tmp_path: Path) -> None:
+    program = tmp_path / "env_score.py"
+    program.write_text("import os\n\ndef score(ctx):\n    return {'raw': float(os.environ['REBENCH_TEST_KNOB'])}\n")
+    result = run_helper(tmp_path, program, {"scoring_env": {"REBENCH_TEST_KNOB": 2.5}})
+    assert result["raw"] == 2.5

@@ -66,6 +66,20 @@ def _worker(program: str, params_path: str, out_path: str) -> int:
     return 0
 
 
+def _worker_env(params_path: str) -> dict:
+    """The scoring process's environment, plus the profile's `scoring_env` (for example
+    allocator settings that damp timing noise); only string values are accepted."""
+    env = dict(os.environ)
+    try:
+        with open(params_path, encoding="utf-8") as handle:
+            extra = json.load(handle).get("scoring_env") or {}
+    except (OSError, ValueError, AttributeError):
+        extra = {}
+    if isinstance(extra, dict):
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -78,7 +92,8 @@ def _run(args: argparse.Namespace) -> dict:
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--program", args.program,
            "--params", args.params, "--out", child_out]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=_worker_env(args.params))
     try:
         output, _ = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
