@@ -31,7 +31,9 @@ def test_reference_scores_near_one_and_start_near_zero_after_calibration(tmp_pat
     assert all(0.8 <= s[2] <= 1.25 for s in scores), scores
 
     script = tmp_path / "start-only.yaml"
-    script.write_text(yaml.safe_dump({"actions": [{"score": {}}, {"submit": None}]}))
+    # Only the starting solution is scored; three score calls, of which the best counts as in any attempt,
+    # so one call slowed by a busy shared CPU does not decide the result.
+    script.write_text(yaml.safe_dump({"actions": [{"score": {}}, {"score": {}}, {"score": {}}, {"submit": None}]}))
     result = run_cli("run", "--env", "triton_cumsum", "--agent", "replay", "--agent-arg", f"script={script}",
                      "--profile", "tiny", "--budget", "5m", "--backend", "local", "--db", str(db), timeout=600)
     assert result.returncode == 0, result.stderr
