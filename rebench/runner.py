@@ -222,9 +222,9 @@ class AttemptRunner:
 
     def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
                       snapshot: str | None) -> None:
-        profile = self.env.profile(self._profile_of(attempt_id))
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
+            profile = self.env.profile(attempt.profile)
             raws = [s.raw for s in session.query(ScoreEvent).filter_by(attempt_id=attempt_id, kind="intermediate")
                     .order_by(ScoreEvent.id)]
             final = final_raw_score(raws, rule=profile.final_score, direction=profile.direction)
@@ -245,7 +245,3 @@ class AttemptRunner:
             attempt.ended_at = _now()
             attempt.snapshot_path = snapshot
             attempt.submitted = outcome.submitted
-
-    def _profile_of(self, attempt_id: int) -> str:
-        with self.store.session() as session:
-            return session.get_one(Attempt, attempt_id).profile
