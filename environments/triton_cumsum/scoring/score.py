@@ -5,6 +5,12 @@ Called by the rebench scoring helper as `score(ctx)`; run directly
 
 Raw score = ln(milliseconds per call), lower is better. A wrong answer, an
 exception or a call over the per-call timeout makes the score invalid (None).
+
+The `paper` profile times wall-clock milliseconds bracketed by CUDA synchronize.
+The `tiny` profile (`timer = "cpu"`) times the CPU milliseconds the call costs,
+so a busy shared machine, which stretches wall time but not work, does not move
+the score. Work hidden in another process would not show in CPU time, so wall
+time divided by the cores the scorer may use is a floor under it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import importlib.util
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -57,6 +64,42 @@ def aggregate_ms(times_ms: list[float]) -> float:
     return times_ms[0] if len(times_ms) == 1 else statistics.median(times_ms)
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as handle:
+            quota, period = handle.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+# Bound before the solution is imported, so a solution that replaces `time.perf_counter`
+# and friends does not change the scorer's clocks.
+_perf_counter = time.perf_counter
+_process_time = time.process_time
+_getrusage = resource.getrusage
+_RUSAGE_CHILDREN = resource.RUSAGE_CHILDREN
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and of the children it has waited for."""
+    children = _getrusage(_RUSAGE_CHILDREN)
+    return _process_time() + children.ru_utime + children.ru_stime
+
+
+def call_ms(timer: str, wall_s: float, cpu_s: float, cores: int) -> float:
+    """Milliseconds charged for one call: wall time, or CPU time floored by wall time per usable core."""
+    if timer == "wall":
+        return wall_s * 1000
+    if timer == "cpu":
+        return max(cpu_s, wall_s / cores) * 1000
+    raise ValueError(f"unknown timer {timer!r}; allowed: 'wall', 'cpu'")
+
+
 @contextmanager
 def call_timeout(seconds: float):
     def _expire(_signum: int, _frame: Any) -> None:
@@ -93,6 +136,10 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     limit = float(ctx["call_timeout_s"])
     generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     threads = ctx.get("torch_threads")
+    timer = str(ctx.get("timer", "wall"))
+    if timer not in ("wall", "cpu"):
+        raise ValueError(f"unknown timer {timer!r}; allowed: 'wall', 'cpu'")
+    cores = usable_cores()
     try:
         prefix_sum = load_solution(str(ctx["solution"]))
         small = random_input(int(ctx["check_elements"]), device, generator)
@@ -114,10 +161,11 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
             if threads:
                 torch.set_num_threads(int(threads))
             with call_timeout(limit):
-                started = time.perf_counter()
+                started, started_cpu = _perf_counter(), cpu_seconds()
                 actual = prefix_sum(x)
                 _synchronize(device)
-                times_ms.append((time.perf_counter() - started) * 1000)
+                wall_s, cpu_s = _perf_counter() - started, cpu_seconds() - started_cpu
+            times_ms.append(call_ms(timer, wall_s, cpu_s, cores))
             problem = check_output(expected, actual)
             if problem:
                 return {"raw": None, "message": {"correct": False, "error": f"length {n}: {problem}"}}
@@ -129,7 +177,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     return {
         "raw": math.log(ms),
         "message": {"correct": True, "time_ms": round(ms, 4)},
-        "details": {"times_ms": times_ms, "n_elements": n},
+        "details": {"times_ms": times_ms, "n_elements": n, "timer": timer, "cores": cores},
     }
 
 

@@ -84,3 +84,55 @@ def test_call_timeout_interrupts_a_long_call() -> None:
 def test_inputs_span_minus_ten_to_nine() -> None:
     x = score.random_input(100_000, "cpu", torch.Generator().manual_seed(0))
     assert x.dtype == torch.int32 and int(x.min()) == -10 and int(x.max()) == 9
+
+
+def test_cpu_timer_charges_cpu_time_floored_by_wall_time_per_core() -> None:
+    assert score.call_ms("wall", 0.030, 0.010, 2) == pytest.approx(30.0)
+    # A busy machine stretches wall time, not work: CPU time is charged.
+    assert score.call_ms("cpu", 0.045, 0.025, 2) == pytest.approx(25.0)
+    # Work hidden elsewhere (CPU time near zero) is still charged wall time per usable core.
+    assert score.call_ms("cpu", 0.060, 0.001, 2) == pytest.approx(30.0)
+    with pytest.raises(ValueError, match="'cpu'"):
+        score.call_ms("gpu", 0.1, 0.1, 1)
+
+
+def _ctx(tmp_path: Path, solution: str, **params: object) -> dict:
+    folder = tmp_path / "solution"
+    folder.mkdir()
+    (folder / "solution.py").write_text(solution)
+    ctx = {"device": "cpu", "n_elements": 20_000, "check_elements": 1024, "warmup_calls": 1, "timed_calls": 3,
+           "call_timeout_s": 20, "torch_threads": 1, "solution": str(folder)}
+    ctx.update(params)
+    return ctx
+
+
+SLEEPY_CHEAT = '''
+import time
+import torch
+
+# Try to stop the scorer's clocks, and spend the call's time off the CPU (as work in another process would).
+time.perf_counter = lambda: 0.0
+time.process_time = lambda: 0.0
+
+
+def prefix_sum(x):
+    time.sleep(0.08)
+    is_positive = (x > 0).to(torch.int64)
+    included = x.to(torch.int64) * ((torch.cumsum(is_positive, 0) - is_positive) % 2)
+    return torch.cumsum(included, 0).to(torch.int32)
+'''
+
+
+@pytest.mark.torch
+def test_cpu_timer_charges_time_spent_off_the_cpu_and_ignores_patched_clocks(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, SLEEPY_CHEAT, timer="cpu"))
+    assert result["raw"] is not None, result
+    floor_ms = 80 / result["details"]["cores"]
+    assert all(t >= 0.95 * floor_ms for t in result["details"]["times_ms"]), result["details"]
+    assert result["message"]["time_ms"] >= 0.95 * floor_ms
+
+
+@pytest.mark.torch
+def test_unknown_timer_is_an_environment_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown timer 'sundial'"):
+        score.score(_ctx(tmp_path, "def prefix_sum(x):\n    return x\n", timer="sundial"))
