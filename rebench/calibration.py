@@ -1,7 +1,7 @@
 """Calibrated anchors: timing scores mean something only on the hardware they were measured on.
 
 `rebench envs calibrate` scores the starting and the reference solution several
-times here and stores the medians with a fingerprint of this machine.
+times here and stores the best run of each with a fingerprint of this machine.
 Normalization then uses calibrated anchors for the same hardware, environment
 version and profile when they exist, and the environment's declared ones
 otherwise; reports say which.
@@ -13,7 +13,6 @@ import hashlib
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 from collections.abc import Callable
 from typing import Literal
@@ -136,16 +135,19 @@ async def measure_anchors(
 
 def save_calibration(store: Store, env: Environment, profile: str,
                      start: list[float | None], reference: list[float | None]) -> Calibration:
-    """Store the medians; any invalid run means the environment is broken here, not a noisy run."""
+    """Store the best run of each solution; any invalid run means the environment is broken here,
+    not a noisy run. Best, not median: a busy machine only ever slows a run down, and attempts
+    are judged by their best score call too, so both sides of the comparison use the same rule."""
     for label, values in (("starting", start), ("reference", reference)):
         if not values or any(v is None for v in values):
             raise RebenchError(f"calibration of {env.name!r}: the {label} solution did not score validly: {values}")
+    best = min if env.profile(profile).direction == "lower" else max
     hardware = hardware_fingerprint()
     row = Calibration(
         environment=env.name, env_version=env.version, profile=profile, hardware=hardware.key,
         hardware_description=hardware.description,
-        start_raw=statistics.median([v for v in start if v is not None]),
-        reference_raw=statistics.median([v for v in reference if v is not None]),
+        start_raw=best([v for v in start if v is not None]),
+        reference_raw=best([v for v in reference if v is not None]),
         samples={"start": start, "reference": reference},
     )
     if row.start_raw == row.reference_raw:

@@ -131,6 +131,7 @@ class AttemptRunner:
                 environment=EnvironmentInfo(
                     name=self.env.name, title=self.env.metadata.title, version=self.env.version,
                     profile=profile_name, direction=profile.direction, score_visible=profile.score_visible,
+                    hardware_dependent=profile.hardware_dependent,
                 ),
                 config=config, budget_s=budget_s, seed=seed, score_timeout_s=profile.score_timeout_s,
                 reference_dir=self.env.reference_dir if getattr(agent, "uses_reference", False) else None,

@@ -5,12 +5,13 @@ Each test builds the environment's tiny image and runs an adversarial `replay` a
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import run_cli
+from .conftest import REPO, run_cli
 from .docker_support import base_image, docker_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -51,3 +52,30 @@ def test_held_out_files_are_unreadable(name: str, tmp_path: Path) -> None:
     assert denied >= 1 + len(HELD_OUT[name]), seen  # ls /protected and each wc -c /protected/FILE
     for filename in HELD_OUT[name]:
         assert f"/protected/{filename}\n" not in seen.replace("wc: ", ""), seen
+
+
+def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path: Path) -> None:
+    """The scorer must read /protected/heldout.bin, but the agent's model.py runs in a
+    confined child during the score call: it cannot open the file nor read the scorer's memory."""
+    sys.path.insert(0, str(REPO / "environments" / "restricted_mlm" / "tests"))
+    from test_restricted_mlm_rules import PEEKING_MODEL
+
+    from rebench.environments.registry import EnvironmentRegistry
+
+    base_image(docker_engine())
+    vocab = EnvironmentRegistry(REPO / "environments").get("restricted_mlm").profile("tiny").params["vocab_size"]
+    model = PEEKING_MODEL.format(vocab=vocab, heldout="/protected/heldout.bin", protected="/protected")
+    script = tmp_path / "peek.yaml"
+    script.write_text(yaml.safe_dump({"actions": [
+        {"write_file": {"path": "model.py", "content": model}}, {"score": {}}, {"submit": None}]}))
+    db = tmp_path / "rebench.db"
+    result = run_cli("run", "--env", "restricted_mlm", "--agent", "replay", "--agent-arg", f"script={script}",
+                     "--profile", "tiny", "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as connection:
+        (snapshot,), = connection.execute("select snapshot_path from attempts").fetchall()
+        scores = connection.execute("select raw, details from score_events where kind != 'baseline'").fetchall()
+    assert scores and scores[0][0] is not None, scores
+    assert '"model_confined": true' in scores[0][1], scores
+    report = (Path(snapshot) / "peek.txt").read_text().split("\n")
+    assert report[:3] == ["heldout PermissionError", "listing PermissionError", "parent-memory PermissionError"], report

@@ -120,3 +120,23 @@ def test_profile_scoring_env_reaches_the_scoring_process(tmp_path: Path) -> None
     program.write_text("import os\n\ndef score(ctx):\n    return {'raw': float(os.environ['REBENCH_TEST_KNOB'])}\n")
     result = run_helper(tmp_path, program, {"scoring_env": {"REBENCH_TEST_KNOB": 2.5}})
     assert result["raw"] == 2.5
+
+
+@pytest.mark.torch
+def test_kernel_solution_runs_confined_away_from_the_protected_folder(tmp_path: Path) -> None:
+    """Through the helper, the solution's process cannot open files under the protected
+    folder, while the scorer that started it can."""
+    solution, protected = tmp_path / "solution", tmp_path / "protected"
+    solution.mkdir()
+    protected.mkdir()
+    (protected / "secret.txt").write_text("held out")
+    reference = (KERNEL / "reference" / "solution.py").read_text()
+    peek = (f"try:\n    open({str(protected / 'secret.txt')!r}).read()\n    seen = 'READ'\n"
+            "except OSError as exc:\n    seen = type(exc).__name__\n"
+            f"open({str(solution / 'peek.txt')!r}, 'w').write(seen)\n")
+    (solution / "solution.py").write_text(reference + "\n" + peek)
+    result = run_helper(tmp_path, KERNEL / "scoring" / "score.py",
+                        {**KERNEL_PARAMS, "solution": str(solution), "protected": str(protected)}, timeout=60)
+    assert result["raw"] is not None, result
+    assert result["details"]["solution_confined"] is True
+    assert (solution / "peek.txt").read_text() == "PermissionError"

@@ -100,22 +100,3 @@ def normalized(env: Environment, profile: str, raw: float | None) -> float:
 
     anchors = env.profile(profile).anchors
     return normalize(raw, anchors.start, anchors.reference, clip=False)
-
-
-def run_reference_attempt(name: str, profile: str, db: Path, budget: str = "20m", timeout: float = 1500) -> dict:
-    """`rebench run --agent reference` on one environment with the local backend, through the
-    real CLI; returns the attempt's status, baseline raw score, final raw and normalized scores."""
-    import sqlite3
-
-    repo = ENVIRONMENTS.parent
-    env = {**os.environ, "COLUMNS": "200", "REBENCH_ENVIRONMENTS": str(ENVIRONMENTS)}
-    proc = subprocess.run([sys.executable, "-m", "rebench.cli.app", "run", "--env", name, "--agent", "reference",
-                           "--profile", profile, "-k", "1", "--budget", budget, "--backend", "local",
-                           "--db", str(db)], capture_output=True, text=True, env=env, timeout=timeout, cwd=repo)
-    with sqlite3.connect(db) as connection:
-        (attempt_id, status, raw, normalized), = connection.execute(
-            "select id, status, final_raw, final_normalized from attempts").fetchall()
-        baseline = connection.execute("select raw from score_events where attempt_id = ? and kind = 'baseline'",
-                                      (attempt_id,)).fetchall()
-    return {"returncode": proc.returncode, "stderr": proc.stderr[-3000:], "status": status, "final_raw": raw,
-            "final_normalized": normalized, "baseline_raw": baseline[0][0] if baseline else None}

@@ -15,11 +15,14 @@ from pathlib import Path
 COMMON = Path(__file__).resolve().parent
 ENVIRONMENTS = COMMON.parent
 
-# source file in _common -> copies, relative to environments/
+# source file (in _common, or relative to environments/) -> copies, relative to environments/.
+# Modules a scorer trusts get a copy beside score.py in scoring/, which the agent cannot
+# change; the copies in home/ are for the agent to read and use.
 COPIES: dict[str, list[str]] = {
     "gpt.py": [
         "fix_embedding/workspace/model.py",
         "fix_embedding/home/static_model.py",
+        "fix_embedding/scoring/static_model.py",
         "fix_embedding/buildlib/model.py",
         "small_scaling_law/workspace/model.py",
     ],
@@ -37,6 +40,9 @@ COPIES: dict[str, list[str]] = {
         "restricted_mlm/buildlib/buildutil.py",
         "small_scaling_law/buildlib/buildutil.py",
     ],
+    "restricted_mlm/home/torch_rule_enforcer.py": [
+        "restricted_mlm/scoring/torch_rule_enforcer.py",
+    ],
     "owt.py": [
         "fix_embedding/buildlib/owt.py",
         "restricted_mlm/buildlib/owt.py",
@@ -45,10 +51,14 @@ COPIES: dict[str, list[str]] = {
 }
 
 
+def _source(name: str) -> Path:
+    return COMMON / name if (COMMON / name).is_file() else ENVIRONMENTS / name
+
+
 def stale() -> list[str]:
     out = []
     for source, targets in COPIES.items():
-        data = (COMMON / source).read_bytes()
+        data = _source(source).read_bytes()
         for target in targets:
             path = ENVIRONMENTS / target
             if not path.is_file() or path.read_bytes() != data:
@@ -66,7 +76,7 @@ def main() -> int:
             print(f"stale copy: environments/{target} (run python environments/_common/sync.py)")
         return 1 if bad else 0
     for source, targets in COPIES.items():
-        data = (COMMON / source).read_bytes()
+        data = _source(source).read_bytes()
         for target in targets:
             path = ENVIRONMENTS / target
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,8 @@ class EnvironmentInfo(BaseModel):
     profile: str
     direction: Literal["lower", "higher"]
     score_visible: bool
+    hardware_dependent: bool = False
+    """Scores are timings on this machine, so single score calls are noisy."""
 
 
 class ModelUsage(BaseModel):

@@ -11,6 +11,16 @@ the protected score log, the way RE-Bench's protected scoring does.
 
 The scoring program defines `score(ctx: dict) -> dict` returning
 `{"raw": float | None, "message": {...}, "details": {...}}`.
+
+The scoring process may read held-out data, so it must not run the agent's code
+itself. It runs that code in a child started with `ctx["confine_command"]`:
+
+    score_helper.py --confined --deny /protected -- python worker.py ...
+
+which takes away all access beneath the denied folders with Landlock (an
+unprivileged Linux security module, kernel 5.13+) and then runs the command.
+Where Landlock is missing the child runs unconfined and says so on stderr
+(`rebench-confine: unavailable`), so the scorer can report it.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import ctypes
+import errno
 import json
 import math
 import os
@@ -41,10 +53,139 @@ def _clean(value):
     return value
 
 
+# -- confinement of the agent's code during scoring (Landlock) ----------------------------------
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on x86-64 and arm64
+_PR_SET_NO_NEW_PRIVS = 38
+_RULE_PATH_BENEATH = 1
+_FS_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2)  # execute, write file, read file
+_FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_FILE_ONLY_EXTRA = {3: 1 << 14, 5: (1 << 14) | (1 << 15)}  # truncate, ioctl on devices
+
+
+class ConfinementUnavailable(Exception):
+    pass
+
+
+def _landlock_abi(libc) -> int:
+    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 0:
+        raise ConfinementUnavailable(f"Landlock is not available: {os.strerror(ctypes.get_errno())}")
+    return int(abi)
+
+
+def _allowed_roots(denied: list[str]) -> list[str]:
+    """Every path beside the denied folders, walking down from / along their ancestors:
+    a Landlock rule grants access beneath a folder, so an ancestor of a denied folder
+    cannot get a rule itself, only its other children can."""
+    denied_set = {os.path.realpath(d) for d in denied}
+    ancestors = set()
+    for path in denied_set:
+        parent = os.path.dirname(path)
+        while True:
+            ancestors.add(parent)
+            if parent == "/":
+                break
+            parent = os.path.dirname(parent)
+    allowed, todo = [], ["/"]
+    while todo:
+        folder = todo.pop()
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if path in denied_set:
+                continue
+            if path in ancestors:
+                todo.append(path)
+                continue
+            real = os.path.realpath(path)
+            if real != path and (real in ancestors or any(_beneath(real, d) for d in denied_set)):
+                continue  # a symlink into (or above) a denied folder: a rule on it would open that folder
+            allowed.append(path)
+    return allowed
+
+
+def _beneath(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def confine(denied: list[str]) -> None:
+    """Remove all access beneath `denied` for this process and everything it runs."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = _landlock_abi(libc)
+    rights = _FS_RIGHTS_BY_ABI[max(a for a in _FS_RIGHTS_BY_ABI if a <= abi)]
+    file_rights = _FS_FILE_RIGHTS | _FILE_ONLY_EXTRA.get(max((a for a in _FILE_ONLY_EXTRA if a <= abi), default=0), 0)
+    attr = ctypes.c_uint64(rights)  # struct landlock_ruleset_attr, v1 layout: handled_access_fs only
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise ConfinementUnavailable(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    try:
+        for path in _allowed_roots(denied):
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+                rule = PathBeneath(rights if is_dir else file_rights, fd)
+                if libc.syscall(_SYS_ADD_RULE, ruleset, ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+                                ctypes.c_uint32(0)) < 0:
+                    error = ctypes.get_errno()
+                    if error != errno.EINVAL:  # odd files (sockets at /) cannot carry rules: leave them closed
+                        raise ConfinementUnavailable(f"landlock_add_rule {path}: {os.strerror(error)}")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise ConfinementUnavailable(f"prctl(NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            raise ConfinementUnavailable(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+
+
+def _run_confined(argv: list[str]) -> int:
+    """`--confined --deny DIR [--deny DIR ...] -- CMD ...`: confine, then exec CMD."""
+    denied = []
+    while argv and argv[0] == "--deny":
+        denied.append(argv[1])
+        argv = argv[2:]
+    if not argv or argv[0] != "--" or len(argv) < 2 or not denied:
+        print("usage: score_helper.py --confined --deny DIR [--deny DIR ...] -- CMD ...", file=sys.stderr)
+        return 2
+    try:
+        confine(denied)
+    except ConfinementUnavailable as exc:
+        print(f"rebench-confine: unavailable: {exc}", file=sys.stderr, flush=True)
+    os.execvp(argv[1], argv[1:])
+    return 127
+
+
+def confine_command(protected: str) -> list[str]:
+    """The prefix a scoring program puts before a command that runs the agent's code."""
+    return [sys.executable, os.path.abspath(__file__), "--confined", "--deny", protected, "--"]
+
+
+def _make_undumpable() -> None:
+    """Close this process's memory and open files to other processes of the same user
+    (/proc/PID/mem, /proc/PID/fd): the scorer holds held-out data the agent must not read."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+
 def _worker(program: str, params_path: str, out_path: str) -> int:
     """Child side: import the scoring program and call its `score(ctx)`."""
     with open(params_path, encoding="utf-8") as handle:
         ctx = json.load(handle)
+    if ctx.get("protected"):
+        ctx.setdefault("confine_command", confine_command(str(ctx["protected"])))
+    _make_undumpable()
     program_dir = os.path.dirname(os.path.abspath(program))
     sys.path.insert(0, program_dir)
     try:
@@ -133,6 +274,9 @@ def _append_log(path: str, result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--confined"]:
+        return _run_confined(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--program", required=True)
     parser.add_argument("--params", required=True)

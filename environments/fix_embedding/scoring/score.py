@@ -14,17 +14,32 @@ starting score is the corrupted model's.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 
 SUBMISSION = "fixed_model.pth"
+
+
+def trusted_module(name: str) -> ModuleType:
+    """Import `name` from this scoring folder, never from the agent's home or solution,
+    which the agent can change: the scorer must not run code the agent planted."""
+    path = Path(__file__).resolve().with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _batches(path: Path, iters: int, batch_size: int, block_size: int, seed: int):
@@ -51,9 +66,7 @@ def mean_loss(model: torch.nn.Module, path: Path, iters: int, batch_size: int, b
 
 def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.nn.Module:
     """Strictly load a state dict into the fixed architecture (raises ValueError on mismatch)."""
-    sys.path.insert(0, str(home))
-    import static_model  # read-only copy of the model code, in the agent's home
-
+    static_model = trusted_module("static_model")  # the same code as static_model.py in the agent's home
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]

@@ -75,7 +75,7 @@ def test_tiny_offset_is_the_corpus_entropy_rate() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_tiny_start_wrong_architecture_and_reference(tmp_path: Path, layout) -> None:
+def test_tiny_start_and_wrong_architecture(tmp_path: Path, layout) -> None:
     env = layout.environment("fix_embedding")
     paths = layout.lay_out(env, "tiny", tmp_path / "start")
     start = layout.run_score(env, "tiny", paths)
@@ -95,8 +95,4 @@ def test_tiny_start_wrong_architecture_and_reference(tmp_path: Path, layout) -> 
     evil = layout.run_score(env, "tiny", paths)
     assert evil["raw"] is None and "error" in evil["message"]
 
-    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
-    outcome = layout.run_reference_attempt("fix_embedding", "tiny", tmp_path / "campaign.db")
-    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
-    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
-    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome
+    # The reference solution is checked through the real CLI in tests/test_model_envs_campaign.py.

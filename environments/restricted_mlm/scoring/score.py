@@ -7,18 +7,22 @@ held-out split is not readable).
 For each of `eval_batches` batches of `seq_len` tokens from the held-out split, every
 position is masked with probability `mask_prob` (replaced by `mask_id`); the model's
 forward pass runs inside torch_rule_enforcer.restricted(), and the loss is the mean
-cross-entropy at the masked positions. Raw score = ln(loss - loss_offset), lower is
-better. A forbidden operation in the forward pass, a wrong output shape or a non-finite
-loss makes the score invalid (None).
+cross-entropy at the masked positions. The model runs in a separate, confined process
+(model_worker.py) that gets only the masked inputs and cannot read /protected, so a
+model cannot look the answers up in the held-out file; this process computes the loss.
+Raw score = ln(loss - loss_offset), lower is better. A forbidden operation in the
+forward pass, a wrong output shape or a non-finite loss makes the score invalid (None).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import json
 import math
 import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +30,87 @@ import numpy as np
 import torch
 
 
-def load_solution_model(solution: Path) -> torch.nn.Module:
-    sys.path.insert(0, str(solution))
-    spec = importlib.util.spec_from_file_location("solution_model", solution / "model.py")
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {solution / 'model.py'}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.get_trained_model()
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"get_trained_model() returned {type(model).__name__}, expected a torch.nn.Module")
-    return model
+class WorkerFailed(Exception):
+    pass
+
+
+class ModelWorker:
+    """The agent's model, in a child process started through the helper's confinement
+    (`ctx["confine_command"]`), so code in model.py cannot read the held-out data this
+    process holds; see model_worker.py for the protocol."""
+
+    def __init__(self, ctx: dict[str, Any], solution: Path, device: str) -> None:
+        here = Path(__file__).resolve().parent
+        source = (here / "model_worker.py").read_text(encoding="utf-8")
+        to_child, self._to_child = os.pipe()
+        self._from_child, from_child = os.pipe()
+        command = [*ctx.get("confine_command", []), sys.executable, "-c", source, str(solution), device,
+                   str(int(ctx.get("threads", 1))), str(to_child), str(from_child)]
+        self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child), cwd=solution,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        os.close(to_child)
+        os.close(from_child)
+        self._output: list[bytes] = []
+        self._drain = threading.Thread(target=self._read_output, daemon=True)
+        self._drain.start()
+        self.inbox = os.fdopen(self._from_child, "rb")
+        self.outbox = os.fdopen(self._to_child, "wb")
+        self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8")})
+        reply = self._receive()
+        if "error" in reply:
+            raise WorkerFailed(reply["error"])
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._output.append(line)
+            del self._output[:-200]
+
+    def output_tail(self) -> str:
+        return b"".join(self._output).decode("utf-8", errors="replace")[-3000:]
+
+    def _send(self, header: dict[str, Any], *payloads: bytes) -> None:
+        try:
+            self.outbox.write(json.dumps(header).encode() + b"\n")
+            for payload in payloads:
+                self.outbox.write(payload)
+            self.outbox.flush()
+        except BrokenPipeError as exc:
+            raise WorkerFailed(self._died()) from exc
+
+    def _receive(self) -> dict[str, Any]:
+        line = self.inbox.readline()
+        if not line:
+            raise WorkerFailed(self._died())
+        header: dict[str, Any] = json.loads(line)
+        nbytes = int(header.get("nbytes", 0))
+        if nbytes:
+            header["payload"] = self.inbox.read(nbytes)
+            if len(header["payload"]) != nbytes:
+                raise WorkerFailed(self._died())
+        return header
+
+    def _died(self) -> str:
+        code = self.proc.wait(timeout=30)
+        return f"the model process exited with {code}: {self.output_tail()[-600:]}"
+
+    def forward_masked(self, inputs: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+        self._send({"shape": list(inputs.shape)}, inputs.astype(np.int64).tobytes(), mask.astype(np.bool_).tobytes())
+        return self._receive()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.outbox.write(b"\n")
+            self.outbox.flush()
+        with contextlib.suppress(OSError):
+            self.outbox.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.inbox.close()
+        self._drain.join(timeout=5)
 
 
 def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float, mask_id: int, seed: int):
@@ -47,15 +121,12 @@ def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float,
         tokens = np.stack([data[i:i + seq_len] for i in ix]).astype(np.int64)
         mask = rng.random(tokens.shape) < mask_prob
         inputs = np.where(mask, mask_id, tokens)
-        yield torch.from_numpy(inputs), torch.from_numpy(tokens), torch.from_numpy(mask)
+        yield inputs, tokens, mask
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(int(ctx.get("threads", 1)))
     home, solution, protected = Path(ctx["home"]), Path(ctx["solution"]), Path(ctx["protected"])
-    sys.path.insert(0, str(home))
-    from torch_rule_enforcer import DisallowedOperationError, restricted
-
     device = str(ctx.get("device", "cpu"))
     if device.startswith("cuda") and not torch.cuda.is_available():
         device = "cpu"
@@ -66,44 +137,42 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         message["note"] = "held-out data not readable here: scored on data/val.bin (use the score tool)"
     vocab, seq_len = int(ctx["vocab_size"]), int(ctx["seq_len"])
     try:
-        model = load_solution_model(solution).to(device)
-    except Exception as exc:
-        error = f"loading the model failed: {type(exc).__name__}: {exc}"[:600]
-        return {"raw": None, "message": {**message, "error": error}, "details": {}}
-    model.eval()
+        worker = ModelWorker(ctx, solution, device)
+    except WorkerFailed as exc:
+        return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
     total, count = 0.0, 0
     seen: set[str] = set()
     try:
-        with torch.no_grad():
-            for inputs, targets, mask in batches(data_path, int(ctx["eval_batches"]), int(ctx["eval_batch_size"]),
-                                                 seq_len, float(ctx["mask_prob"]), int(ctx["mask_id"]), seed=0):
-                inputs, targets, mask = inputs.to(device), targets.to(device), mask.to(device)
-                with restricted() as mode:
-                    logits = model(inputs)
-                seen |= mode.seen
-                if mode.violation:
-                    raise DisallowedOperationError(f"operation {mode.violation!r} is not allowed in the forward pass")
-                if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (inputs.shape[0], seq_len, vocab):
-                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                    return {"raw": None, "message": {**message, "error": f"forward returned {shape}, expected "
-                                                     f"logits of shape [batch, {seq_len}, {vocab}]"}, "details": {}}
-                loss = torch.nn.functional.cross_entropy(logits[mask].float(), targets[mask], reduction="sum")
-                total += float(loss)
-                count += int(mask.sum())
-    except DisallowedOperationError as exc:
-        return {"raw": None, "message": {**message, "error": f"rule violation: {exc}"[:600]},
-                "details": {"ops_seen": sorted(seen)}}
-    except torch.cuda.OutOfMemoryError:
-        return {"raw": None, "message": {**message, "out_of_memory": True}, "details": {}}
+        for inputs, targets, mask in batches(data_path, int(ctx["eval_batches"]), int(ctx["eval_batch_size"]),
+                                             seq_len, float(ctx["mask_prob"]), int(ctx["mask_id"]), seed=0):
+            reply = worker.forward_masked(inputs, mask)
+            seen |= set(reply.get("seen", []))
+            if "violation" in reply:
+                error = f"rule violation: operation {reply['violation']!r} is not allowed in the forward pass"
+                return {"raw": None, "message": {**message, "error": error},
+                        "details": {"ops_seen": sorted(seen), "detail": str(reply.get("detail", ""))[:600]}}
+            if "error" in reply or int(reply.get("vocab", -1)) != vocab or int(reply["rows"]) != int(mask.sum()):
+                problem = reply.get("error") or f"forward returned {reply.get('vocab')} logits per position"
+                return {"raw": None, "message": {**message, "error": f"{problem}, expected logits of shape "
+                                                 f"[batch, {seq_len}, {vocab}]"[:600]}, "details": {}}
+            logits = torch.frombuffer(bytearray(reply["payload"]), dtype=torch.float32).reshape(-1, vocab)
+            loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(targets[mask]), reduction="sum")
+            total += float(loss)
+            count += int(mask.sum())
+    except WorkerFailed as exc:
+        return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
+    finally:
+        worker.close()
     loss_value = total / max(count, 1)
     message["loss"] = round(loss_value, 4)
     if not math.isfinite(loss_value):
         return {"raw": None, "message": {**message, "error": "loss is not finite"}, "details": {}}
     offset = float(ctx["loss_offset"])
     raw = math.log(max(loss_value - offset, 1e-6))
+    confined = "confine_command" in ctx and "rebench-confine: unavailable" not in worker.output_tail()
     return {"raw": raw, "message": message,
             "details": {"loss": loss_value, "masked_tokens": count, "loss_offset": offset, "ops_seen": sorted(seen),
-                        "data": data_path.name}}
+                        "data": data_path.name, "model_confined": confined}}
 
 
 def _direct_context() -> dict[str, Any]:

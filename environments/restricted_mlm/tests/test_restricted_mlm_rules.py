@@ -120,7 +120,7 @@ def get_trained_model():
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_tiny_start_forbidden_operation_and_reference(tmp_path: Path, layout) -> None:
+def test_tiny_start_and_forbidden_operation(tmp_path: Path, layout) -> None:
     env = layout.environment("restricted_mlm")
     paths = layout.lay_out(env, "tiny", tmp_path / "start")
     start = layout.run_score(env, "tiny", paths)
@@ -136,8 +136,65 @@ def test_tiny_start_forbidden_operation_and_reference(tmp_path: Path, layout) ->
     broken = layout.run_score(env, "tiny", paths)
     assert broken["raw"] is None and "no model" in broken["message"]["error"]
 
-    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
-    outcome = layout.run_reference_attempt("restricted_mlm", "tiny", tmp_path / "campaign.db")
-    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
-    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
-    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome
+    # The reference solution is checked through the real CLI in tests/test_model_envs_campaign.py.
+
+
+PEEKING_MODEL = '''
+import os
+import torch
+
+REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peek.txt")
+
+
+def attempt(label, action):
+    try:
+        action()
+        outcome = "READ"
+    except OSError as exc:
+        outcome = type(exc).__name__
+    with open(REPORT, "a") as handle:
+        handle.write(f"{{label}} {{outcome}}\\n")
+
+
+def read_parent_memory():
+    parent = os.getppid()
+    start = int(open(f"/proc/{{parent}}/maps").readline().split("-")[0], 16)
+    with open(f"/proc/{{parent}}/mem", "rb") as memory:
+        memory.seek(start)
+        memory.read(16)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding({vocab}, {vocab})
+
+    def forward(self, token_indices):
+        return self.emb(token_indices)
+
+
+def get_trained_model():
+    attempt("heldout", lambda: open({heldout!r}, "rb").read(16))
+    attempt("listing", lambda: os.listdir({protected!r}))
+    attempt("parent-memory", read_parent_memory)
+    return Net()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_model_cannot_read_the_held_out_data_while_it_is_scored(tmp_path: Path, layout) -> None:
+    """The scorer holds the held-out split; the agent's model.py runs in a confined child
+    that must not reach it, by path or through the scorer's memory."""
+    env = layout.environment("restricted_mlm")
+    paths = layout.lay_out(env, "tiny", tmp_path / "peek")
+    heldout = paths["protected"] / "heldout.bin"
+    assert heldout.stat().st_size > 0
+    vocab = env.profile("tiny").params["vocab_size"]
+    (paths["solution"] / "model.py").write_text(
+        PEEKING_MODEL.format(vocab=vocab, heldout=str(heldout), protected=str(paths["protected"])))
+    result = layout.run_score(env, "tiny", paths)
+    assert result["raw"] is not None, result  # an allowed model: scored validly
+    assert result["details"]["model_confined"] is True
+    report = (paths["solution"] / "peek.txt").read_text().split("\n")
+    assert report[:3] == ["heldout PermissionError", "listing PermissionError", "parent-memory PermissionError"], report

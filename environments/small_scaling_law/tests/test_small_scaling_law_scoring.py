@@ -142,7 +142,7 @@ def test_tiny_sweep_is_stored_protected_and_at_the_target() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_tiny_start_over_budget_and_reference(tmp_path: Path, layout) -> None:
+def test_tiny_start_and_over_budget(tmp_path: Path, layout) -> None:
     env = layout.environment("small_scaling_law")
     paths = layout.lay_out(env, "tiny", tmp_path / "start")
     start = layout.run_score(env, "tiny", paths)
@@ -162,8 +162,4 @@ def test_tiny_start_over_budget_and_reference(tmp_path: Path, layout) -> None:
                           env=env_vars, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "FlopsCapExceeded" in proc.stderr
 
-    # The reference agent through the real runner and CLI: baseline near 0, reference near 1.
-    outcome = layout.run_reference_attempt("small_scaling_law", "tiny", tmp_path / "campaign.db")
-    assert outcome["returncode"] == 0 and outcome["status"] == "done", outcome
-    assert -0.1 <= layout.normalized(env, "tiny", outcome["baseline_raw"]) <= 0.1, outcome
-    assert 0.8 <= outcome["final_normalized"] <= 1.25, outcome
+    # The reference solution is checked through the real CLI in tests/test_model_envs_campaign.py.

@@ -74,11 +74,13 @@ def test_one_timed_call_is_used_as_is_and_several_by_median() -> None:
     assert math.log(score.aggregate_ms([4.728])) == pytest.approx(1.5535, abs=1e-3)  # the paper's start anchor
 
 
-def test_call_timeout_interrupts_a_long_call() -> None:
+@pytest.mark.torch
+def test_a_call_over_the_timeout_is_invalid_and_its_process_is_ended(tmp_path: Path) -> None:
+    hang = "import time\n\ndef prefix_sum(x):\n    time.sleep(600)\n"
     started = time.monotonic()
-    with pytest.raises(score.CallTimeout), score.call_timeout(0.2):
-        time.sleep(60)
-    assert time.monotonic() - started < 20  # far below the 60 s the call would take; loose for busy machines
+    result = score.score(_ctx(tmp_path, hang, call_timeout_s=0.5))
+    assert result["raw"] is None and result["message"]["timeout"] is True, result
+    assert time.monotonic() - started < 60  # far below the 600 s the call would take; loose for busy machines
 
 
 def test_inputs_span_minus_ten_to_nine() -> None:
@@ -107,12 +109,17 @@ def _ctx(tmp_path: Path, solution: str, **params: object) -> dict:
 
 
 SLEEPY_CHEAT = '''
+import sys
 import time
 import torch
 
-# Try to stop the scorer's clocks, and spend the call's time off the CPU (as work in another process would).
+# Try to stop the clocks of whatever process imports this, and spend the call's time off the CPU
+# (as work in another process would).
 time.perf_counter = lambda: 0.0
 time.process_time = lambda: 0.0
+for module in list(sys.modules.values()):
+    if hasattr(module, "call_ms"):
+        module.call_ms = lambda *args: 0.001
 
 
 def prefix_sum(x):
@@ -136,3 +143,73 @@ def test_cpu_timer_charges_time_spent_off_the_cpu_and_ignores_patched_clocks(tmp
 def test_unknown_timer_is_an_environment_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown timer 'sundial'"):
         score.score(_ctx(tmp_path, "def prefix_sum(x):\n    return x\n", timer="sundial"))
+
+
+CHECKER_CHEAT = '''
+import sys
+import torch
+
+# Look for the scorer's checker and clock in this process, and disable them; then skip the work.
+frame = sys._getframe()
+while frame is not None:
+    for name in ("check_output", "call_ms", "_perf_counter"):
+        if name in frame.f_globals:
+            frame.f_globals[name] = (lambda *args: None) if name == "check_output" else (lambda *args: 0.0)
+    frame = frame.f_back
+
+
+def prefix_sum(x):
+    return torch.zeros_like(x)
+'''
+
+
+@pytest.mark.torch
+def test_a_solution_cannot_switch_off_the_check(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, CHECKER_CHEAT, timer="cpu"))
+    assert result["raw"] is None and result["message"]["correct"] is False, result
+    assert "wrong values" in result["message"]["error"]
+
+
+LATE_FILL_CHEAT = '''
+import threading
+import time
+import torch
+
+
+def _fill(x, out):
+    time.sleep(0.02)
+    is_positive = (x > 0).to(torch.int64)
+    included = x.to(torch.int64) * ((torch.cumsum(is_positive, 0) - is_positive) % 2)
+    out.copy_(torch.cumsum(included, 0).to(torch.int32))
+    spin = time.process_time() + 0.3  # work after the call has returned
+    while time.process_time() < spin:
+        pass
+
+
+def prefix_sum(x):
+    out = torch.empty_like(x)
+    worker = threading.Thread(target=_fill, args=(x, out))
+    worker.start()
+    worker.join(0.0)
+    real_cpu = torch.Tensor.cpu
+
+    def cpu_after_fill(self, *args, **kwargs):  # make the copy-out wait for the late work
+        worker.join()
+        return real_cpu(self, *args, **kwargs)
+
+    torch.Tensor.cpu = cpu_after_fill
+    return out
+'''
+
+
+@pytest.mark.torch
+def test_work_left_running_after_the_call_returns_is_still_charged(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, LATE_FILL_CHEAT, timer="cpu", timed_calls=1))
+    assert result["raw"] is not None, result
+    assert result["message"]["time_ms"] >= 250, result  # the 0.3 s of CPU spent after the return
+
+
+@pytest.mark.torch
+def test_a_solution_that_fails_to_import_is_invalid_with_the_reason(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, "raise RuntimeError('broken on purpose')\n", timer="cpu"))
+    assert result["raw"] is None and "broken on purpose" in result["message"]["error"], result
