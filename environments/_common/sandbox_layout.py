@@ -63,6 +63,8 @@ def lay_out(env: Environment, profile: str, root: Path, *, reference: bool = Fal
     _copy_tree(assets / "workspace", solution)
     _copy_tree(env.protected_dir, protected)
     _copy_tree(assets / "protected", protected)
+    (protected / "scoring").mkdir()
+    _copy_tree(env.scoring_dir, protected / "scoring")  # what the harness runs: a copy the agent cannot change
     if reference:
         _copy_tree(env.reference_dir, solution)
     return {"home": home, "solution": solution, "protected": protected}
@@ -87,7 +89,7 @@ def run_score(env: Environment, profile: str, paths: dict[str, Path]) -> dict:
     work = paths["home"].parent
     (work / "params.json").write_text(json.dumps(ctx))
     out = work / "result.json"
-    subprocess.run([sys.executable, str(HELPER), "--program", str(paths["home"] / "score.py"),
+    subprocess.run([sys.executable, str(HELPER), "--program", str(paths["protected"] / "scoring" / "score.py"),
                     "--params", str(work / "params.json"), "--out", str(out),
                     "--log", str(paths["protected"] / "score.log"),
                     "--timeout", str(env.profile(profile).score_timeout_s)],

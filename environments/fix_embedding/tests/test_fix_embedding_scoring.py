@@ -83,6 +83,13 @@ def test_tiny_start_and_wrong_architecture(tmp_path: Path, layout) -> None:
     assert "loss_validation" in start["message"]
     assert -0.1 <= layout.normalized(env, "tiny", start["raw"]) <= 0.1
 
+    # The agent owns its home and can replace the visible static_model.py; the scorer must not import it.
+    (paths["home"] / "static_model.py").write_text(
+        f"open({str(paths['solution'] / 'planted.txt')!r}, 'w').write('imported')\nraise SystemExit(3)\n")
+    again = layout.run_score(env, "tiny", paths)
+    assert again["raw"] == pytest.approx(start["raw"], abs=1e-6), again
+    assert not (paths["solution"] / "planted.txt").exists()
+
     # The small correct model has the wrong architecture: invalid, not a crash.
     (paths["solution"] / "fixed_model.pth").write_bytes((paths["home"] / "small_correct_model.pth").read_bytes())
     wrong = layout.run_score(env, "tiny", paths)

@@ -101,6 +101,25 @@ def test_tiny_offset_is_below_the_markov_blanket_entropy() -> None:
     assert estimate - params["loss_offset"] < 0.02 + 4 * stderr
 
 
+PERMISSIVE_ENFORCER = '''
+from contextlib import contextmanager
+
+
+class DisallowedOperationError(RuntimeError):
+    pass
+
+
+class _Mode:
+    seen = set()
+    violation = None
+
+
+@contextmanager
+def restricted():
+    yield _Mode()
+'''
+
+
 FORBIDDEN_MODEL = '''
 import torch
 import torch.nn.functional as F
@@ -129,6 +148,8 @@ def test_tiny_start_and_forbidden_operation(tmp_path: Path, layout) -> None:
 
     vocab = env.profile("tiny").params["vocab_size"]
     (paths["solution"] / "model.py").write_text(FORBIDDEN_MODEL.format(vocab=vocab))
+    # The agent owns its home: a permissive enforcer planted there must not be the one that scores.
+    (paths["home"] / "torch_rule_enforcer.py").write_text(PERMISSIVE_ENFORCER)
     bad = layout.run_score(env, "tiny", paths)
     assert bad["raw"] is None and "_softmax" in bad["message"]["error"]
 

@@ -35,35 +35,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 
 class CallTimeout(Exception):
     pass
 
 
-def reference_prefix_sum(x: torch.Tensor) -> torch.Tensor:
-    """The definition, in plain PyTorch: include x[j] when an odd number of positives precede it."""
-    is_positive = (x > 0).to(torch.int64)
-    positives_before = torch.cumsum(is_positive, dim=0) - is_positive
-    included = x.to(torch.int64) * (positives_before % 2)
-    return torch.cumsum(included, dim=0).to(torch.int32)
+def reference_prefix_sum(x: np.ndarray) -> np.ndarray:
+    """The definition, in plain NumPy: include x[j] when an odd number of positives precede it."""
+    is_positive = (x > 0).astype(np.int64)
+    positives_before = np.cumsum(is_positive) - is_positive
+    included = x.astype(np.int64) * (positives_before % 2)
+    return np.cumsum(included).astype(np.int32)
 
 
-def random_input(n: int, device: str, generator: torch.Generator) -> torch.Tensor:
-    return torch.randint(-10, 10, (n,), dtype=torch.int32, generator=generator).to(device)
+def random_input(n: int, generator: np.random.Generator) -> np.ndarray:
+    return generator.integers(-10, 10, size=n, dtype=np.int32)
 
 
-def check_output(expected: torch.Tensor, actual: Any) -> str | None:
-    """Why `actual` is not exactly `expected`, or None when it is."""
-    if not isinstance(actual, torch.Tensor):
-        return f"prefix_sum returned {type(actual).__name__}, expected a torch.Tensor"
-    for field in ("shape", "dtype", "device"):
-        if getattr(actual, field) != getattr(expected, field):
-            return f"wrong {field}: got {getattr(actual, field)}, expected {getattr(expected, field)}"
-    if not torch.equal(actual, expected):
-        wrong = int((actual != expected).sum())
-        return f"wrong values at {wrong} of {expected.numel()} positions"
+def check_output(expected: np.ndarray, actual: np.ndarray) -> str | None:
+    """Why `actual` is not exactly `expected`, or None when it is (the child has checked the
+    result's type, shape, dtype and device already)."""
+    if actual.shape != expected.shape:
+        return f"wrong shape: got {actual.shape}, expected {expected.shape}"
+    if not np.array_equal(actual, expected):
+        wrong = int(np.count_nonzero(actual != expected))
+        return f"wrong values at {wrong} of {expected.size} positions"
     return None
 
 
@@ -137,7 +135,7 @@ class KernelWorker:
         self._output = mmap.mmap(self._output_fd, capacity * 4)
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
-        threads = int(ctx.get("torch_threads") or torch.get_num_threads())
+        threads = int(ctx.get("torch_threads") or 0)  # 0: leave PyTorch's default
         command = [*ctx.get("confine_command", []), sys.executable, "-c", source, str(ctx["solution"]), device,
                    str(threads), str(to_child), str(from_child), str(self._input_fd), str(self._output_fd),
                    str(capacity)]
@@ -199,24 +197,24 @@ class KernelWorker:
     def cpu_seconds(self) -> float:
         return process_cpu_seconds(self.proc.pid)
 
-    def load(self, x: torch.Tensor) -> None:
-        torch.frombuffer(self._input, dtype=torch.int32, count=x.numel()).copy_(x)
-        self._send({"load": x.numel()})
+    def load(self, x: np.ndarray) -> None:
+        np.frombuffer(self._input, dtype=np.int32, count=x.size)[:] = x
+        self._send({"load": x.size})
         self._expect("loaded", 60.0)
 
     def call(self, limit_s: float) -> None:
         self._send({"go": True})
         self._expect("done", limit_s)
 
-    def fetch(self, n: int, limit_s: float) -> tuple[torch.Tensor | None, str | None]:
-        """The call's result as a CPU int32 tensor, or the reason there is none."""
+    def fetch(self, n: int, limit_s: float) -> tuple[np.ndarray | None, str | None]:
+        """The call's result as an int32 array, or the reason there is none."""
         self._send({"fetch": True})
         reply = self._receive(limit_s)
         if "problem" in reply:
             return None, str(reply["problem"])
         if "ok" not in reply:
             raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
-        return torch.frombuffer(self._output, dtype=torch.int32, count=n).clone(), None
+        return np.frombuffer(self._output, dtype=np.int32, count=n).copy(), None
 
     def _expect(self, key: str, timeout_s: float) -> None:
         reply = self._receive(timeout_s)
@@ -247,7 +245,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     n = int(ctx["n_elements"])
     check_n = int(ctx["check_elements"])
     limit = float(ctx["call_timeout_s"])
-    generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    generator = np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(8), "little")))
     timer = str(ctx.get("timer", "wall"))
     if timer not in ("wall", "cpu"):
         raise ValueError(f"unknown timer {timer!r}; allowed: 'wall', 'cpu'")
@@ -259,19 +257,20 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     except WorkerFailed as exc:
         return {"raw": None, "message": {"error": str(exc)[:1000]}}
     try:
-        small = random_input(check_n, "cpu", generator)
+        small = random_input(check_n, generator)
         worker.load(small)
         worker.call(limit)
         actual, problem = worker.fetch(check_n, limit)
-        problem = problem or check_output(reference_prefix_sum(small), actual)
+        if actual is not None:
+            problem = check_output(reference_prefix_sum(small), actual)
         if problem:
             return {"raw": None, "message": {"correct": False, "error": f"length {check_n}: {problem}"}}
         for _ in range(int(ctx["warmup_calls"])):
-            worker.load(random_input(n, "cpu", generator))
+            worker.load(random_input(n, generator))
             worker.call(limit)
         times_ms = []
         for _ in range(int(ctx["timed_calls"])):
-            x = random_input(n, "cpu", generator)
+            x = random_input(n, generator)
             expected = reference_prefix_sum(x)
             # CPU time counts from before the input exists, so no work can be done ahead of the call,
             # and until the result is copied out, so none can be left for later.
@@ -285,7 +284,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
             cpu_s = worker.cpu_seconds() - cpu_before
             wall_s = returned - started if timer == "wall" else fetched - started
             times_ms.append(call_ms(timer, wall_s, cpu_s, cores))
-            problem = problem or check_output(expected, actual)
+            if actual is not None:
+                problem = check_output(expected, actual)
             if problem:
                 return {"raw": None, "message": {"correct": False, "error": f"length {n}: {problem}"}}
     except CallTimeout as exc:
@@ -306,6 +306,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
+    import torch
+
     defaults = {"device": "cuda" if torch.cuda.is_available() else "cpu", "n_elements": 4_000_000,
                 "check_elements": 1024, "warmup_calls": 3, "timed_calls": 7, "call_timeout_s": 20,
                 "solution": os.path.join(here, "solution")}

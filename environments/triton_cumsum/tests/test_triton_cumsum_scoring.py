@@ -9,6 +9,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -37,16 +38,14 @@ def loop_prefix_sum(values: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.torch
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_definition_matches_the_formula(seed: int) -> None:
-    x = torch.randint(-10, 10, (777,), dtype=torch.int32, generator=torch.Generator().manual_seed(seed))
+    x = score.random_input(777, np.random.Generator(np.random.PCG64(seed)))
     assert score.reference_prefix_sum(x).tolist() == loop_prefix_sum(x.tolist())
 
 
-@pytest.mark.torch
 def test_hand_computed_case() -> None:
-    x = torch.tensor([3, -2, 5, 1, -4, 0, 2], dtype=torch.int32)
+    x = np.array([3, -2, 5, 1, -4, 0, 2], dtype=np.int32)
     # positives before each index: 0,1,1,2,3,3,3 -> odd at 1,2,4,5,6
     assert score.reference_prefix_sum(x).tolist() == [0, -2, 3, 3, -1, -1, 1]
 
@@ -55,17 +54,28 @@ def test_hand_computed_case() -> None:
 @pytest.mark.parametrize("folder", ["workspace", "reference"])
 def test_shipped_solutions_are_exact(folder: str) -> None:
     solution = _load(HERE / folder / "solution.py", f"kernel_{folder}")
-    x = torch.randint(-10, 10, (50_000,), dtype=torch.int32, generator=torch.Generator().manual_seed(9))
-    assert score.check_output(score.reference_prefix_sum(x), solution.prefix_sum(x)) is None
+    x = score.random_input(50_000, np.random.Generator(np.random.PCG64(9)))
+    actual = solution.prefix_sum(torch.from_numpy(x))
+    assert actual.dtype == torch.int32
+    assert score.check_output(score.reference_prefix_sum(x), actual.numpy()) is None
+
+
+def test_check_output_names_what_is_wrong() -> None:
+    expected = np.array([1, 2, 3], dtype=np.int32)
+    assert "shape" in score.check_output(expected, expected[:2])
+    assert "1 of 3" in score.check_output(expected, np.array([1, 2, 4], dtype=np.int32))
+    assert score.check_output(expected, expected.copy()) is None
 
 
 @pytest.mark.torch
-def test_check_output_names_what_is_wrong() -> None:
-    expected = torch.tensor([1, 2, 3], dtype=torch.int32)
-    assert "dtype" in score.check_output(expected, expected.to(torch.int64))
-    assert "shape" in score.check_output(expected, expected[:2])
-    assert "1 of 3" in score.check_output(expected, torch.tensor([1, 2, 4], dtype=torch.int32))
-    assert "torch.Tensor" in score.check_output(expected, [1, 2, 3])
+@pytest.mark.parametrize(("body", "expected"), [
+    ("return x.to(torch.int64)", "wrong dtype"),
+    ("return x[:10]", "wrong shape"),
+    ("return [1, 2, 3]", "expected a torch.Tensor"),
+])
+def test_the_solution_process_reports_what_is_wrong_with_a_result(tmp_path: Path, body: str, expected: str) -> None:
+    result = score.score(_ctx(tmp_path, f"import torch\n\ndef prefix_sum(x):\n    {body}\n", timer="cpu"))
+    assert result["raw"] is None and expected in result["message"]["error"], result
 
 
 def test_one_timed_call_is_used_as_is_and_several_by_median() -> None:
@@ -84,8 +94,8 @@ def test_a_call_over_the_timeout_is_invalid_and_its_process_is_ended(tmp_path: P
 
 
 def test_inputs_span_minus_ten_to_nine() -> None:
-    x = score.random_input(100_000, "cpu", torch.Generator().manual_seed(0))
-    assert x.dtype == torch.int32 and int(x.min()) == -10 and int(x.max()) == 9
+    x = score.random_input(100_000, np.random.Generator(np.random.PCG64(0)))
+    assert x.dtype == np.int32 and int(x.min()) == -10 and int(x.max()) == 9
 
 
 def test_cpu_timer_charges_cpu_time_floored_by_wall_time_per_core() -> None:
