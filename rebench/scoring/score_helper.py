@@ -19,8 +19,9 @@ itself. It runs that code in a child started with `ctx["confine_command"]`:
 
 which takes away all access beneath the denied folders with Landlock (an
 unprivileged Linux security module, kernel 5.13+) and then runs the command.
-Where Landlock is missing the child runs unconfined and says so on stderr
-(`rebench-confine: unavailable`), so the scorer can report it.
+Its first line on stderr, written before the command starts, is
+`rebench-confine: active`, or `rebench-confine: unavailable: why` where Landlock
+is missing and the child runs unconfined; the scorer reports which.
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ def _run_confined(argv: list[str]) -> int:
         confine(denied)
     except ConfinementUnavailable as exc:
         print(f"rebench-confine: unavailable: {exc}", file=sys.stderr, flush=True)
+    else:
+        print("rebench-confine: active", file=sys.stderr, flush=True)  # first line, before any agent code runs
     os.execvp(argv[1], argv[1:])
     return 127
 

@@ -51,6 +51,7 @@ class ModelWorker:
         os.close(to_child)
         os.close(from_child)
         self._output: list[bytes] = []
+        self.first_line: bytes | None = None
         self._drain = threading.Thread(target=self._read_output, daemon=True)
         self._drain.start()
         self.inbox = os.fdopen(self._from_child, "rb")
@@ -63,8 +64,16 @@ class ModelWorker:
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if self.first_line is None:
+                self.first_line = line
             self._output.append(line)
             del self._output[:-200]
+
+    @property
+    def confined(self) -> bool:
+        """Whether the confinement launcher reported Landlock active (its first line, which
+        the solution's own output cannot precede)."""
+        return (self.first_line or b"").startswith(b"rebench-confine: active")
 
     def output_tail(self) -> str:
         return b"".join(self._output).decode("utf-8", errors="replace")[-3000:]
@@ -169,10 +178,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         return {"raw": None, "message": {**message, "error": "loss is not finite"}, "details": {}}
     offset = float(ctx["loss_offset"])
     raw = math.log(max(loss_value - offset, 1e-6))
-    confined = "confine_command" in ctx and "rebench-confine: unavailable" not in worker.output_tail()
     return {"raw": raw, "message": message,
             "details": {"loss": loss_value, "masked_tokens": count, "loss_offset": offset, "ops_seen": sorted(seen),
-                        "data": data_path.name, "model_confined": confined}}
+                        "data": data_path.name, "model_confined": worker.confined}}
 
 
 def _direct_context() -> dict[str, Any]:

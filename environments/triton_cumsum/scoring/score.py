@@ -146,6 +146,7 @@ class KernelWorker:
             os.close(fd)
         self._buffer = b""
         self._output_lines: list[bytes] = []
+        self.first_line: bytes | None = None
         self._drain = threading.Thread(target=self._read_output, daemon=True)
         self._drain.start()
         try:
@@ -160,8 +161,16 @@ class KernelWorker:
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if self.first_line is None:
+                self.first_line = line
             self._output_lines.append(line)
             del self._output_lines[:-100]
+
+    @property
+    def confined(self) -> bool:
+        """Whether the confinement launcher reported Landlock active (its first line, which
+        the solution's own output cannot precede)."""
+        return (self.first_line or b"").startswith(b"rebench-confine: active")
 
     def output_tail(self) -> str:
         return b"".join(self._output_lines).decode("utf-8", errors="replace")[-2000:]
@@ -293,14 +302,13 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     except (SolutionError, WorkerFailed) as exc:
         return {"raw": None, "message": {"error": str(exc)[:1000]}}
     finally:
-        confined = "confine_command" in ctx and "rebench-confine: unavailable" not in worker.output_tail()
         worker.close()
     ms = aggregate_ms(times_ms)
     return {
         "raw": math.log(ms),
         "message": {"correct": True, "time_ms": round(ms, 4)},
         "details": {"times_ms": times_ms, "n_elements": n, "timer": timer, "cores": cores,
-                    "solution_confined": confined},
+                    "solution_confined": worker.confined},
     }
 
 
