@@ -22,6 +22,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome
 from rebench.sandbox.factory import resolve_backend
 from rebench.sandbox.local import LOCAL_WARNING
+from rebench.scoring.score_helper import confinement_unavailable
 
 
 def _parse_agent_args(values: list[str]) -> dict[str, str]:
@@ -95,6 +96,10 @@ def run_command(
         err_console.print(f"[yellow]warning:[/] {warning}")
     if chosen == "local":
         err_console.print(f"[yellow]note:[/] {LOCAL_WARNING}")
+    unconfined = confinement_unavailable()
+    if unconfined:
+        err_console.print(f"[yellow]warning:[/] {unconfined}: submitted code will run unconfined while it is "
+                          "scored and could read held-out data (needs Linux 5.13+ with Landlock enabled)")
     spec = CampaignSpec(environments=names, agent=config, profile=profile, budget_s=budget_s, k=k,
                         backend=chosen, seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network)
     for environment in environments:

@@ -170,6 +170,16 @@ def _run_confined(argv: list[str]) -> int:
     return 127
 
 
+def confinement_unavailable() -> str | None:
+    """Why this kernel cannot confine the agent's code during scoring, or None when it can.
+    Containers share the host's kernel, so the harness asks once, on the host."""
+    try:
+        _landlock_abi(ctypes.CDLL(None, use_errno=True))
+    except (ConfinementUnavailable, OSError, AttributeError) as exc:
+        return str(exc)
+    return None
+
+
 def confine_command(protected: str) -> list[str]:
     """The prefix a scoring program puts before a command that runs the agent's code."""
     return [sys.executable, os.path.abspath(__file__), "--confined", "--deny", protected, "--"]
