@@ -56,10 +56,15 @@ class ModelWorker:
         self._drain.start()
         self.inbox = os.fdopen(self._from_child, "rb")
         self.outbox = os.fdopen(self._to_child, "wb")
-        self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8")})
-        reply = self._receive()
+        try:
+            self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8")})
+            reply = self._receive()
+        except WorkerFailed:
+            self.close()
+            raise
         if "error" in reply:
-            raise WorkerFailed(reply["error"])
+            self.close()
+            raise WorkerFailed(str(reply["error"]))
 
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
@@ -100,7 +105,12 @@ class ModelWorker:
         return header
 
     def _died(self) -> str:
-        code = self.proc.wait(timeout=30)
+        try:
+            code: int | None = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # it closed its end of the pipe but lives on
+            self.proc.kill()
+            code = self.proc.wait()
+        self._drain.join(timeout=2)
         return f"the model process exited with {code}: {self.output_tail()[-600:]}"
 
     def forward_masked(self, inputs: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
@@ -118,7 +128,8 @@ class ModelWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.inbox.close()
+        with contextlib.suppress(OSError):
+            self.inbox.close()
         self._drain.join(timeout=5)
 
 

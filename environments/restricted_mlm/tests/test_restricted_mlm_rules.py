@@ -219,3 +219,21 @@ def test_the_model_cannot_read_the_held_out_data_while_it_is_scored(tmp_path: Pa
     assert result["details"]["model_confined"] is True
     report = (paths["solution"] / "peek.txt").read_text().split("\n")
     assert report[:3] == ["heldout PermissionError", "listing PermissionError", "parent-memory PermissionError"], report
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_model_process_that_dies_mid_scoring_is_invalid_not_a_hang(tmp_path: Path, layout) -> None:
+    env = layout.environment("restricted_mlm")
+    paths = layout.lay_out(env, "tiny", tmp_path / "dies")
+    vocab = env.profile("tiny").params["vocab_size"]
+    (paths["solution"] / "model.py").write_text(
+        "import os\nimport torch\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward(self, token_indices):\n"
+        "        print('about to quit', flush=True)\n"
+        "        os._exit(3)\n\n"
+        f"def get_trained_model():\n    return Net()\n# vocab {vocab}\n")
+    result = layout.run_score(env, "tiny", paths)
+    assert result["raw"] is None, result
+    assert "exited with 3" in result["message"]["error"] and "about to quit" in result["message"]["error"], result

@@ -223,3 +223,11 @@ def test_work_left_running_after_the_call_returns_is_still_charged(tmp_path: Pat
 def test_a_solution_that_fails_to_import_is_invalid_with_the_reason(tmp_path: Path) -> None:
     result = score.score(_ctx(tmp_path, "raise RuntimeError('broken on purpose')\n", timer="cpu"))
     assert result["raw"] is None and "broken on purpose" in result["message"]["error"], result
+
+
+@pytest.mark.torch
+def test_a_solution_process_that_dies_mid_call_is_invalid_with_its_last_output(tmp_path: Path) -> None:
+    dying = "import os\n\ndef prefix_sum(x):\n    print('about to quit', flush=True)\n    os._exit(3)\n"
+    result = score.score(_ctx(tmp_path, dying, timer="cpu"))
+    assert result["raw"] is None, result
+    assert "exited with 3" in result["message"]["error"] and "about to quit" in result["message"]["error"], result
