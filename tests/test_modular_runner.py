@@ -56,6 +56,7 @@ def rebench_run(server: FakeModelServer, provider: str, db: Path, *extra: str, b
             "local",
             "--db",
             str(db),
+            "--no-calibrate",  # these tests check accounting, not normalized scores: skip measuring anchors
             *extra,
         ]
     )
@@ -178,6 +179,7 @@ def test_rate_limit_waits_pause_the_clock_from_the_command_line(
             "local",
             "--db",
             str(db),
+            "--no-calibrate",
         )
     finally:
         server.terminate()
