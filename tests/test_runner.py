@@ -169,6 +169,7 @@ def test_provider_keys_do_not_reach_the_sandbox(fixture_envs: Path, tmp_path: Pa
         (["--budget", "1m", "--backend", "cloud"], "unknown backend 'cloud'"),
         (["--budget", "1m", "--agent", "replay"], "needs a script"),
         (["--budget", "1m", "--agent", "replay", "--agent-arg", "script=/nonexistent.yaml"], "cannot be read"),
+        (["--budget", "1m", "--agent-arg", "repeats=zero"], "repeats='zero' is not allowed"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(fixture_envs: Path, db_path: Path, args: list[str],

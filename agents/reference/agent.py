@@ -17,6 +17,9 @@ from rebench.errors import RebenchError
 class ReferenceAgent:
     uses_reference = True
 
+    def __init__(self, repeats: int = 3) -> None:
+        self.repeats = repeats
+
     async def run(self, ctx: AgentContext) -> None:
         if ctx.reference_dir is None:
             raise RebenchError(f"environment {ctx.environment.name!r} has no reference/ folder")
@@ -28,9 +31,6 @@ class ReferenceAgent:
         for _ in range(self.repeats if ctx.environment.hardware_dependent else 1):
             await ctx.score()
         await ctx.submit()
-
-    def __init__(self, repeats: int = 3) -> None:
-        self.repeats = repeats
 
 
 def create_agent(config: AgentConfig) -> ReferenceAgent:
