@@ -1,53 +1,147 @@
-"""Entry point: `rebench envs|run|attempts|report ...`. Errors a user can fix print one line."""
+"""Entry point: `rebench envs|run|attempts|report ...`. Errors a user can fix print one line.
+
+Subcommands load lazily: `rebench --help` and `rebench envs list` should not pay for
+SQLAlchemy, NumPy or the report code. Each subcommand is declared here by name, module
+and one-line help; its module is imported only when that subcommand runs (or shows its
+own help). A test checks that the declared help matches the command's docstring.
+
+Typer (>=0.29) vendors its own copy of Click, so this module catches Typer's classes
+(`typer.TyperException`, `typer.Abort`, `typer.Exit`), never the `click` package's.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-import click
 import typer
+import typer.core
+import typer.main
 
-from rebench.cli import attempts, envs, images, import_cmd, report, run
-from rebench.cli.common import err_console
 from rebench.errors import RebenchError
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A subcommand known by name before its module is imported."""
+
+    module: str
+    attribute: str  # a typer.Typer (a command group) or a function (a single command)
+    help: str
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "run": Subcommand("rebench.cli.run", "run_command",
+                      "Run k attempts of an agent on each environment under a time budget."),
+    "report": Subcommand("rebench.cli.report", "report_command",
+                         "Score@k per agent and total time budget, with bootstrap intervals and human comparison."),
+    "envs": Subcommand("rebench.cli.envs", "app", "List, inspect, build and calibrate environments."),
+    "attempts": Subcommand("rebench.cli.attempts", "app", "Inspect attempts: their status, score log and events."),
+    "import": Subcommand("rebench.cli.import_cmd", "app", "Import results produced elsewhere."),
+    "images": Subcommand("rebench.cli.images", "app",
+                         "Docker images: bootstrap a base without a registry, list what is built."),
+    "gc": Subcommand("rebench.cli.images", "gc_command",
+                     "Remove containers and volumes of attempts that are no longer running."),
+}
+
+USAGE_EXIT = 2
+
+
+def load_subcommand(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
+    """Import a subcommand's module and build its real command object."""
+    spec = SUBCOMMANDS[name]
+    target = getattr(importlib.import_module(spec.module), spec.attribute)
+    if isinstance(target, typer.Typer):
+        group = typer.main.get_group(target)  # a group even when it has one command (`import metr-runs`)
+        group.name = name
+        return group
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    single.command(name)(target)
+    command = typer.main.get_command(single)
+    command.name = name
+    return command  # type: ignore[return-value]
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """The top-level group: placeholders for listing, real commands loaded when resolved."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for name, spec in SUBCOMMANDS.items():
+            if name not in self.commands:
+                self.commands[name] = typer.core.TyperCommand(name=name, help=spec.help, short_help=spec.help)
+        self._loaded: set[str] = set()
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name = args[0] if args else None
+        if name in SUBCOMMANDS and name not in self._loaded:
+            self.commands[name] = load_subcommand(name)
+            self._loaded.add(name)
+        return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
     name="rebench",
+    cls=LazyGroup,
     help="Run AI agents and human experts on RE-Bench-style ML research engineering environments.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(envs.app, name="envs")
-app.add_typer(attempts.app, name="attempts")
-app.add_typer(import_cmd.app, name="import")
-app.command("run")(run.run_command)
-app.command("report")(report.report_command)
-app.add_typer(images.app, name="images")
-app.command("gc")(images.gc_command)
 
 
-def main(argv: list[str] | None = None) -> None:
+@app.callback()
+def _root() -> None:
+    """Run AI agents and human experts on RE-Bench-style ML research engineering environments."""
+
+
+def _error(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+
+
+def _usage_message(exc: typer.TyperException) -> str:
+    """One line: the library's message, and where to find the command's usage."""
+    text = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "rebench"
+    return f"{text} (see '{path} --help')"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    command = typer.main.get_command(app)
     try:
-        code = app(args=argv, standalone_mode=False)
-        if isinstance(code, int) and code != 0:  # click reports Ctrl-C this way outside standalone mode
+        code = command.main(args=list(argv) if argv is not None else None, prog_name="rebench",
+                            standalone_mode=False)
+        if isinstance(code, int) and code != 0:  # the library reports Ctrl-C this way outside standalone mode
             if code == 130:
-                err_console.print("interrupted")
+                _error("interrupted")
             sys.exit(code)
     except RebenchError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except click.exceptions.Abort:
-        err_console.print("interrupted")
+        from rich.markup import escape
+
+        _error(escape(str(exc)))
+        sys.exit(USAGE_EXIT)
+    except (typer.Abort, KeyboardInterrupt):
+        _error("interrupted")
         sys.exit(130)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:
+        from rich.markup import escape
+
+        exit_code = getattr(exc, "exit_code", 1)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help is the message (rich has printed it already)
+            if exc.format_message().strip():
+                sys.stderr.write(exc.format_message() + "\n")
+            sys.exit(exit_code)
+        message = _usage_message(exc) if exit_code == USAGE_EXIT else " ".join(exc.format_message().split())
+        _error(escape(message))
+        sys.exit(exit_code)
 
 
 if __name__ == "__main__":

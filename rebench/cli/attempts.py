@@ -13,7 +13,7 @@ from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, p
 from rebench.errors import RebenchError
 from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreEvent
 
-app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True)
+app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
 
 LIST_COLUMNS = ("id", "campaign", "environment", "profile", "agent", "model", "budget", "status",
                 "error_source", "final_raw", "normalized", "working_s")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from rebench.store.db import Store, default_db_path
+if TYPE_CHECKING:
+    from rebench.store.db import Store
 
 console = Console()
 err_console = Console(stderr=True)
@@ -23,6 +24,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 
 
 def open_store(db: Path | None) -> Store:
+    from rebench.store.db import Store, default_db_path  # SQLAlchemy: only for commands that use the database
+
     return Store(db if db is not None else default_db_path())
 
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from rebench.calibration import hardware_fingerprint, measure_anchors, resolve_anchors, save_calibration
 from rebench.cli.common import DbOption, JsonOption, console, err_console, fmt, open_store, print_json
-from rebench.environments.build import assets_dir, local_python
+from rebench.cli.tables import Col, print_table
 from rebench.environments.registry import Environment, EnvironmentRegistry
-from rebench.sandbox.factory import resolve_backend
-from rebench.store.db import Store
+from rebench.errors import RebenchError
 
-app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rebench.store.db import Store
+
+app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True, add_completion=False)
 
 ProfileOption = Annotated[str, typer.Option("--profile", "-p", help="Profile name, e.g. tiny or paper.")]
 BackendOption = Annotated[str | None, typer.Option("--backend", help="local or docker (default: docker if an engine answers).")]
@@ -38,24 +38,28 @@ def _profile_rows(env: Environment) -> list[dict[str, object]]:
 @app.command("list")
 def list_command(json_output: JsonOption = False) -> None:
     """Every environment with its profiles, resources and anchors."""
-    rows = [row for env in EnvironmentRegistry().all() for row in _profile_rows(env)]
+    registry = EnvironmentRegistry()
+    if not registry.names():
+        raise RebenchError(f"no environments in {registry.root}: set REBENCH_ENVIRONMENTS to an environments folder "
+                           "or run from a rebench checkout")
+    rows = [row for env in registry.all() for row in _profile_rows(env)]
     if json_output:
         print_json(rows)
         return
-    table = Table(title="Environments")
-    for column in ("environment", "title", "profile", "resources", "better", "final", "start", "reference"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(str(row["environment"]), str(row["title"]), str(row["profile"]),
-                      f"{row['gpus']} GPU, {row['cpus']:g} CPU, {row['memory_gb']:g} GB",
-                      str(row["direction"]), str(row["final_score"]),
-                      fmt(row["anchor_start"], 4), fmt(row["anchor_reference"], 4))  # type: ignore[arg-type]
-    console.print(table)
+    columns = [Col("environment", key=True), Col("profile", key=True), Col("title"), Col("resources"),
+               Col("start", justify="right"), Col("reference", justify="right"), Col("better"), Col("final")]
+    cells = [[str(row["environment"]), str(row["profile"]), str(row["title"]),
+              f"{row['gpus']} GPU, {row['cpus']:g} CPU, {row['memory_gb']:g} GB",
+              fmt(row["anchor_start"], 4), fmt(row["anchor_reference"], 4),  # type: ignore[arg-type]
+              str(row["direction"]), str(row["final_score"])] for row in rows]
+    print_table(console, "Environments", columns, cells, more="--json")
 
 
 @app.command("show")
 def show_command(name: str, db: DbOption = None, json_output: JsonOption = False) -> None:
     """Metadata, profiles and the anchors normalization will use on this machine."""
+    from rebench.calibration import resolve_anchors
+
     env = EnvironmentRegistry().get(name)
     store = open_store(db)
     resolved = {p: resolve_anchors(store, env, p).model_dump() for p in env.metadata.profiles}
@@ -82,6 +86,8 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
 @app.command("build")
 def build_command(name: str, profile: ProfileOption = "tiny", backend: BackendOption = None) -> None:
     """Prepare an environment: its virtualenv and assets (local) or its image (docker)."""
+    from rebench.sandbox.factory import resolve_backend
+
     env = EnvironmentRegistry().get(name)
     env.profile(profile)
     chosen, warning = resolve_backend(backend)
@@ -93,6 +99,8 @@ def build_command(name: str, profile: ProfileOption = "tiny", backend: BackendOp
 
 def build_environment(env: Environment, profile: str, backend: str) -> None:
     """Build what an attempt on this backend needs; a no-op when it is already cached."""
+    from rebench.environments.build import assets_dir, local_python
+
     local_python(env, log=lambda m: err_console.print(m, highlight=False))
     assets_dir(env, profile, log=lambda m: err_console.print(m, highlight=False))
     if backend == "docker":
@@ -109,6 +117,8 @@ def calibrate_command(
     db: DbOption = None,
 ) -> None:
     """Measure the starting and reference raw scores on this machine and store them as anchors."""
+    from rebench.sandbox.factory import resolve_backend
+
     env = EnvironmentRegistry().get(name)
     env.profile(profile)
     chosen, _ = resolve_backend(backend)
@@ -117,6 +127,8 @@ def calibrate_command(
 
 
 def calibrate_environment(store: Store, env: Environment, profile: str, backend: str, repeats: int = 3) -> None:
+    from rebench.calibration import hardware_fingerprint, measure_anchors, save_calibration
+
     start, reference = asyncio.run(measure_anchors(
         env, profile, backend=backend, repeats=repeats, log=lambda m: err_console.print(m, highlight=False)))
     row = save_calibration(store, env, profile, start, reference)

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from rebench.cli.common import JsonOption, console, err_console, print_json
+from rebench.cli.tables import Col, print_table
 
 app = typer.Typer(
-    help="Docker images: bootstrap a base without a registry, list what is built.", no_args_is_help=True
+    help="Docker images: bootstrap a base without a registry, list what is built.", no_args_is_help=True,
+    add_completion=False,
 )
 
 
@@ -80,12 +81,10 @@ def list_command(json_output: JsonOption = False) -> None:
     if json_output:
         print_json(rows)
         return
-    table = Table(title="rebench images")
-    for column in ("id", "kind", "tags"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(str(row["id"]), str(row["kind"]), ", ".join(row["tags"]))
-    console.print(table)
+    columns = [Col("id", key=True), Col("environment", key=True), Col("profile", key=True), Col("kind"), Col("tags")]
+    cells = [[str(row["id"]), str(row["environment"]) or "-", str(row["profile"]) or "-", str(row["kind"]),
+              ", ".join(row["tags"])] for row in rows]
+    print_table(console, "rebench images", columns, cells, more="--json")
 
 
 def gc_command(

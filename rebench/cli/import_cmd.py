@@ -10,7 +10,7 @@ import typer
 from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
 from rebench.report.importer import import_metr_runs
 
-app = typer.Typer(help="Import results produced elsewhere.", no_args_is_help=True)
+app = typer.Typer(help="Import results produced elsewhere.", no_args_is_help=True, add_completion=False)
 
 
 @app.command("metr-runs")

@@ -5,24 +5,19 @@ from __future__ import annotations
 import asyncio
 import importlib
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from rebench.agents.base import AgentConfig
-from rebench.agents.registry import load_agent
 from rebench.budget import format_duration, parse_duration
-from rebench.calibration import resolve_anchors
-from rebench.campaign import CampaignRunner, CampaignSpec, plan_campaign, recover_orphans
 from rebench.cli.common import DbOption, console, err_console, fmt, open_store
-from rebench.cli.envs import build_environment, calibrate_environment
-from rebench.environments.registry import EnvironmentRegistry
+from rebench.cli.tables import Col, print_table
 from rebench.errors import RebenchError
-from rebench.runner import AttemptOutcome
-from rebench.sandbox.factory import resolve_backend
-from rebench.sandbox.local import LOCAL_WARNING
-from rebench.scoring.score_helper import confinement_unavailable
+
+if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
+    from rebench.agents.base import AgentConfig
+    from rebench.campaign import CampaignRunner, CampaignSpec
+    from rebench.runner import AttemptOutcome
 
 
 def _parse_agent_args(values: list[str]) -> dict[str, str]:
@@ -77,6 +72,16 @@ def run_command(
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
+    from rebench.agents.base import AgentConfig
+    from rebench.agents.registry import load_agent
+    from rebench.calibration import resolve_anchors
+    from rebench.campaign import CampaignRunner, CampaignSpec, plan_campaign, recover_orphans
+    from rebench.cli.envs import build_environment, calibrate_environment
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.sandbox.factory import resolve_backend
+    from rebench.sandbox.local import LOCAL_WARNING
+    from rebench.scoring.score_helper import confinement_unavailable
+
     if k < 1:
         raise RebenchError(f"invalid -k {k}: must be at least 1")
     budget_s = parse_duration(budget)
@@ -149,12 +154,10 @@ async def _run_interruptible(runner: CampaignRunner, campaign_id: int, spec: Cam
 
 
 def _summary(outcomes: list[AttemptOutcome]) -> None:
-    table = Table(title="Attempts")
-    for column in ("attempt", "status", "final raw", "normalized", "working time"):
-        table.add_column(column)
-    for outcome in sorted(outcomes, key=lambda o: o.attempt_id):
-        table.add_row(str(outcome.attempt_id), outcome.status, fmt(outcome.final_raw, 4),
-                      fmt(outcome.final_normalized), format_duration(outcome.working_s))
-    console.print(table)
+    columns = [Col("attempt", key=True), Col("status", key=True), Col("final raw", justify="right"),
+               Col("normalized", justify="right"), Col("working time", justify="right")]
+    rows = [[str(o.attempt_id), o.status, fmt(o.final_raw, 4), fmt(o.final_normalized), format_duration(o.working_s)]
+            for o in sorted(outcomes, key=lambda o: o.attempt_id)]
+    print_table(console, "Attempts", columns, rows, more="`rebench attempts show ID`")
 
 

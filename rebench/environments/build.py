@@ -10,6 +10,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,16 +28,17 @@ def _quiet(_: str) -> None:
 
 def venv_dir(env: Environment) -> Path:
     requirements = env.requirements.read_bytes() if env.requirements else b""
-    digest = hashlib.sha256(requirements + sys.version.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(requirements + sys.version.encode() + sys.prefix.encode()).hexdigest()[:12]
     return cache_dir() / "venvs" / f"{env.name}-{digest}"
 
 
 def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> Path:
     """The environment's virtualenv python, creating it when missing.
 
-    The venv sees the host's site-packages: an environment pinned to the same
-    torch as the host then costs seconds to set up instead of a GB-sized install,
-    while anything missing or pinned differently is installed into the venv.
+    The venv sees the harness's site-packages (the system's, and the harness's own
+    virtualenv's when it runs in one): an environment pinned to the same torch as the
+    harness then costs seconds to set up instead of a GB-sized install, while anything
+    missing or pinned differently is installed into the venv, which comes first on its path.
     """
     folder = venv_dir(env)
     python = folder / "bin" / "python"
@@ -51,12 +53,25 @@ def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> 
     # No pip inside the venv (ensurepip costs many seconds): the harness's pip installs into it.
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)],
          f"virtualenv for {env.name}")
+    _see_harness_packages(python)
     if env.requirements:
         log(f"installing {env.requirements}")
         _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
               "--disable-pip-version-check", "-r", str(env.requirements)], f"requirements of {env.name}")
     (folder / ".complete").touch()
     return python
+
+
+def _see_harness_packages(python: Path) -> None:
+    """`--system-site-packages` reaches only the base interpreter's packages; when the harness
+    itself runs in a virtualenv, a .pth file adds that virtualenv's site-packages after the new venv's."""
+    if sys.prefix == sys.base_prefix:
+        return
+    harness = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    found = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    lines = list(dict.fromkeys(harness))
+    (Path(found) / "_rebench_harness.pth").write_text("".join(f"{line}\n" for line in lines))
 
 
 def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool = True) -> Path | None:

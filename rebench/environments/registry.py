@@ -34,11 +34,15 @@ _HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
 
 
 def default_environments_dir() -> Path:
-    """`REBENCH_ENVIRONMENTS` if set, else the `environments/` folder of this checkout."""
+    """`REBENCH_ENVIRONMENTS` if set, else this checkout's `environments/` (an editable install),
+    else `./environments` (a plain `pip install .` run from a checkout)."""
     override = os.environ.get("REBENCH_ENVIRONMENTS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "environments"
+    checkout = Path(__file__).resolve().parents[2] / "environments"
+    if not checkout.is_dir() and (Path.cwd() / "environments").is_dir():
+        return Path.cwd() / "environments"
+    return checkout
 
 
 @dataclass(frozen=True)

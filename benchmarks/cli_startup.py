@@ -1,0 +1,61 @@
+"""Start-up cost of the command line: `rebench --help` and `rebench envs list`, against a bare Typer app.
+
+Each command runs in a fresh interpreter N times; the figures are the median wall and CPU
+(user + system) seconds of the child process. The goal for `rebench --help` is under 0.3 s
+on a 2-core machine, where a minimal Typer app takes about 0.2 s.
+
+    python -m benchmarks.cli_startup [--runs 7]   (from the repo root)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+BARE_TYPER = (
+    "import typer\n"
+    "app = typer.Typer(add_completion=False)\n"
+    "@app.command()\n"
+    "def hello() -> None:\n    '''Say hello.'''\n"
+    "@app.command()\n"
+    "def bye() -> None:\n    '''Say bye.'''\n"
+    "app()\n"
+)
+
+COMMANDS = {
+    "bare typer app --help": [sys.executable, "-c", BARE_TYPER, "--help"],
+    "rebench --help": [sys.executable, "-m", "rebench.cli.app", "--help"],
+    "rebench envs list": [sys.executable, "-m", "rebench.cli.app", "envs", "list"],
+    "rebench run --help": [sys.executable, "-m", "rebench.cli.app", "run", "--help"],
+}
+
+
+def measure(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of argv in a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env={**os.environ, "COLUMNS": "100"})
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    print(f"{'command':<24} {'median wall s':>14} {'median cpu s':>13}  ({args.runs} runs each)")
+    for name, argv in COMMANDS.items():
+        measure(argv)  # warm the file cache and .pyc files
+        walls, cpus = zip(*(measure(argv) for _ in range(args.runs)), strict=True)
+        print(f"{name:<24} {statistics.median(walls):>14.3f} {statistics.median(cpus):>13.3f}")
+
+
+if __name__ == "__main__":
+    main()
