@@ -14,7 +14,7 @@ from rebench.store import Attempt, Campaign, Store
 
 from .conftest import run_cli
 
-PLUGIN_MODULE = '''
+PLUGIN_MODULE = """
 class EchoAgent:
     def __init__(self, name):
         self.name = name
@@ -25,7 +25,7 @@ class EchoAgent:
 
 def create_agent(config):
     return EchoAgent(config.name)
-'''
+"""
 
 
 def _install_plugin(site: Path, distribution: str, agents: dict[str, str]) -> None:
@@ -86,7 +86,17 @@ def test_clash_stops_rebench_run_before_anything_is_written(tmp_path: Path, fixt
     db = tmp_path / "r.db"
     python_path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     result = run_cli(
-        "run", "--env", "counter", "--agent", "reference", "--budget", "1m", "--backend", "local", "--db", str(db),
+        "run",
+        "--env",
+        "counter",
+        "--agent",
+        "reference",
+        "--budget",
+        "1m",
+        "--backend",
+        "local",
+        "--db",
+        str(db),
         env={"PYTHONPATH": python_path, "REBENCH_ENVIRONMENTS": str(fixture_envs)},
     )
     assert result.returncode == 2, result.stderr
