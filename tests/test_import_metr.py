@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from sqlalchemy import func, select
 from rebench.errors import RebenchError
 from rebench.report.importer import import_metr_runs
 from rebench.store import Attempt, Store
+
+from .conftest import run_cli
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 
@@ -139,26 +142,216 @@ def test_write_failure_rolls_back_the_whole_import(tmp_path: Path) -> None:
     assert _count(store) == 0
 
 
-def test_environment_folder_names_the_family(tmp_path: Path) -> None:
-    """A folder whose metadata claims a METR family wins over the built-in table and the prefix rule."""
-    from rebench.environments.registry import EnvironmentRegistry
-    from rebench.report.known_environments import EnvironmentInfo
-
-    folder = tmp_path / "envs" / "kernel"
+def _environment_folder(root: Path, name: str, family: str) -> None:
+    folder = root / name
     folder.mkdir(parents=True)
     (folder / "environment.toml").write_text(
-        'name = "kernel"\ntitle = "K"\nversion = "1"\nsummary = "s"\n'
-        'metr_task_family = "ai_rd_triton_cumsum"\n'
+        f'name = "{name}"\ntitle = "K"\nversion = "1"\nsummary = "s"\n'
+        f'metr_task_family = "{family}"\n'
         '[profiles.tiny]\ndirection = "lower"\nfinal_score = "best"\n'
         "anchors = { start = 2.0, reference = 1.0 }\n"
     )
+
+
+def test_environment_folder_names_the_family(tmp_path: Path) -> None:
+    """A folder whose metadata claims a METR family wins over the built-in table, and adds to the allowed families."""
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.report.known_environments import EnvironmentInfo
+
+    _environment_folder(tmp_path / "envs", "kernel", "ai_rd_triton_cumsum")
+    _environment_folder(tmp_path / "envs", "newenv", "ai_rd_new_thing")
     info = EnvironmentInfo(EnvironmentRegistry(tmp_path / "envs"))
     path = _write(
         tmp_path / "runs.jsonl",
-        [_row(), _row(task_family="ai_rd_fix_embedding"), _row(task_family="ai_rd_new_thing")],
+        [
+            _row(run_id="a"),
+            _row(run_id="b", task_family="ai_rd_fix_embedding"),
+            _row(run_id="c", task_family="ai_rd_new_thing"),
+        ],
     )
     store = Store(tmp_path / "r.db")
     import_metr_runs(store, path, info)
     with store.session() as s:
         names = list(s.scalars(select(Attempt.environment).order_by(Attempt.import_row)))
-    assert names == ["kernel", "fix_embedding", "new_thing"]
+    assert names == ["kernel", "fix_embedding", "newenv"]
+    bogus = _write(tmp_path / "bogus.jsonl", [_row(run_id="d", task_family="ai_rd_bogus")])
+    with pytest.raises(RebenchError, match="unknown RE-Bench task family 'ai_rd_bogus'") as raised:
+        import_metr_runs(store, bogus, info)
+    assert "ai_rd_new_thing" in str(raised.value) and "ai_rd_fix_embedding" in str(raised.value)
+    assert _count(store) == 3
+
+
+def test_a_run_is_imported_once_whatever_file_it_comes_from(tmp_path: Path) -> None:
+    """Identity is the run id: a subset of a file, or the same run in another file, adds nothing."""
+    store = Store(tmp_path / "r.db")
+    full = _write(
+        tmp_path / "full.jsonl", [_row(run_id="a"), _row(run_id="b", score=0.5), _row(run_id=3, time_limit=0)]
+    )
+    assert import_metr_runs(store, full).added == 3
+    subset = _write(
+        tmp_path / "subset.jsonl", [_row(task_family="hcast_x", task_id="hcast_x/1"), _row(run_id="b", score=0.5)]
+    )
+    again = import_metr_runs(store, subset)
+    assert (again.added, again.already_present, again.skipped_other_suites) == (0, 1, 1)
+    other = _write(tmp_path / "other.jsonl", [_row(run_id="new"), _row(run_id="3", time_limit=0), _row(run_id="new")])
+    third = import_metr_runs(store, other)  # "3" is the human run 3 again; "new" repeated identically counts once
+    assert (third.added, third.already_present) == (1, 1)
+    with store.session() as s:
+        ids = sorted(s.scalars(select(Attempt.external_id)))
+    assert ids == ["3", "a", "b", "new"]
+
+
+def test_one_run_with_two_different_rows_is_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    path = _write(tmp_path / "runs.jsonl", [_row(run_id="a"), _row(run_id="b"), _row(run_id="a", score=0.9)])
+    with pytest.raises(RebenchError, match="line 3: field 'run_id': run 'a' already appears on line 1"):
+        import_metr_runs(store, path)
+    assert _count(store) == 0
+
+
+@pytest.mark.skipif(not METR_FILE.is_file(), reason="needs ../shared/data/metr-all-runs-2025-01-11.jsonl")
+def test_subset_of_real_export_adds_nothing(tmp_path: Path) -> None:
+    """Lines of METR's file, agent and human rows, shuffled into a second file after the whole file was imported."""
+    lines = METR_FILE.read_text().splitlines()
+    rebench_lines = [line for line in lines if '"task_family":"ai_rd_' in line]
+    subset = rebench_lines[::97][::-1] + [line for line in lines if '"alias":"human"' in line][:5] + lines[-3:]
+    path = tmp_path / "subset.jsonl"
+    path.write_text("\n".join(subset) + "\n")
+    store = Store(tmp_path / "r.db")
+    assert import_metr_runs(store, METR_FILE).added == 1808
+    summary = import_metr_runs(store, path)
+    assert summary.added == 0 and summary.already_present == len(rebench_lines[::97]) + 5
+    assert _count(store) == 1808
+
+
+def test_upgrade_removes_repeated_runs_and_makes_run_id_unique(tmp_path: Path) -> None:
+    """A database at the first schema that imported a run twice (what the old import did) upgrades cleanly."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.orm import Session
+
+    from rebench.store.db import MIGRATIONS_DIR
+
+    db = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{db}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+
+    def imported(run_id: str, sha: str, line: int) -> Attempt:
+        return Attempt(
+            source="imported",
+            environment="triton_cumsum",
+            agent="o1-preview",
+            budget_s=1800.0,
+            status="done",
+            final_normalized=0.25,
+            import_sha256=sha,
+            import_row=line,
+            external_id=run_id,
+        )
+
+    with Session(engine) as session, session.begin():
+        session.add_all(
+            [
+                imported("a", "f1", 1),
+                imported("b", "f1", 2),
+                imported("a", "f2", 1),
+                imported("b", "f3", 7),
+                imported("a", "f3", 8),
+            ]
+        )
+        session.add_all([Attempt(environment="counter", agent="reference", budget_s=60.0) for _ in range(2)])
+    engine.dispose()
+
+    store = Store(db)
+    with store.session() as s:
+        kept = [(a.external_id, a.import_sha256) for a in s.scalars(select(Attempt).order_by(Attempt.id))]
+    assert kept == [("a", "f1"), ("b", "f1"), (None, None), (None, None)]  # first copy of each run, own ones kept
+    with pytest.raises(IntegrityError), store.session() as s:
+        s.add(imported("a", "f9", 1))
+    summary = import_metr_runs(store, _write(tmp_path / "runs.jsonl", [_row(run_id="a"), _row(run_id="c")]))
+    assert (summary.added, summary.already_present) == (1, 1)
+    store.close()
+
+
+def _table_counts(db: Path) -> dict[str, int]:
+    with sqlite3.connect(db) as connection:
+        tables = [name for (name,) in connection.execute("select name from sqlite_master where type = 'table'")]
+        return {table: connection.execute(f'select count(*) from "{table}"').fetchone()[0] for table in tables}
+
+
+def _bad_bytes(tmp: Path) -> Path:
+    path = tmp / "latin1.jsonl"
+    path.write_bytes(json.dumps(_row(run_id="x")).encode() + b'\n{"run_id": "caf\xe9"}\n')
+    return path
+
+
+def _folder(tmp: Path) -> Path:
+    (tmp / "exports").mkdir()
+    return tmp / "exports"
+
+
+BAD_INPUTS: dict[str, tuple[object, list[str]]] = {
+    # id: (how to make the file, what the one error line must name)
+    "not-utf8": (_bad_bytes, ["latin1.jsonl", "line 2", "byte 0xe9 is not UTF-8"]),
+    "directory": (_folder, ["exports is a directory"]),
+    "missing": (lambda tmp: tmp / "absent.jsonl", ["absent.jsonl: no such file"]),
+    "empty": (lambda tmp: _write(tmp / "empty.jsonl", []), ["empty.jsonl: the file has no rows", "--allow-empty"]),
+    "no-re-bench-rows": (
+        lambda tmp: _write(
+            tmp / "hcast.jsonl", [_row(run_id=n, task_family="hcast_x", task_id="hcast_x/1") for n in "ab"]
+        ),
+        ["hcast.jsonl: none of its 2 rows is a RE-Bench run", "--allow-empty"],
+    ),
+    "unknown-family": (
+        lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x"), _row(run_id="y", task_family="ai_rd_bogus")]),
+        ["line 2", "'ai_rd_bogus'", "allowed: ", "ai_rd_fix_embedding", "ai_rd_triton_cumsum"],
+    ),
+    "malformed-json": (
+        lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x"), _row(run_id="y"), '{"run_id": "z", score: 1}']),
+        ["line 3: not valid JSON", '\'{"run_id": "z", score: 1}\''],
+    ),
+    "bad-score": (lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x", score="high")]), ["'score'", "'high'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, case: str) -> None:
+    """The real CLI in a subprocess, on a database that already holds an import."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    import_metr_runs(store, _write(tmp_path / "earlier.jsonl", [_row(run_id="earlier"), _row(run_id="e2", score=-0.5)]))
+    store.close()
+    before = _table_counts(db)
+    make, expected = BAD_INPUTS[case]
+    path = make(tmp_path)  # type: ignore[operator]
+    result = run_cli("import", "metr-runs", str(path), "--db", str(db))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for text in expected:
+        assert text in lines[0]
+    assert result.stdout == ""
+    assert _table_counts(db) == before and before["attempts"] == 2
+
+
+def test_allow_empty_and_clipped_scores_in_the_summary(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    empty = _write(tmp_path / "hcast.jsonl", [_row(task_family="hcast_x", task_id="hcast_x/1")])
+    result = run_cli("import", "metr-runs", str(empty), "--db", str(db), "--allow-empty", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["added"] == 0
+    runs = _write(
+        tmp_path / "runs.jsonl", [_row(run_id="a", score=-0.2), _row(run_id="b", score=0.3), _row(run_id="c", score=-1)]
+    )
+    result = run_cli("import", "metr-runs", str(runs), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert "imported 3 RE-Bench runs" in result.stdout and "2 negative scores clipped to 0" in result.stdout
+    result = run_cli("import", "metr-runs", str(runs), "--db", str(db), "--json")
+    summary = json.loads(result.stdout)
+    assert (summary["added"], summary["already_present"], summary["clipped_negative"]) == (0, 3, 0)

@@ -83,7 +83,7 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_malformed_import_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "runs.jsonl"
-    good = {"task_family": "ai_rd_fix_embedding", "alias": "GPT-4o", "time_limit": 1800, "score": 0.1}
+    good = {"run_id": "r1", "task_family": "ai_rd_fix_embedding", "alias": "GPT-4o", "time_limit": 1800, "score": 0.1}
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "time_limit": "long"}) + "\n")
     db = str(tmp_path / "r.db")
     code, _, err = _run(["import", "metr-runs", str(path), "--db", db], capsys)

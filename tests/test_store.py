@@ -4,10 +4,21 @@ from pathlib import Path
 import pytest
 
 from rebench.errors import RebenchError
-from rebench.store.db import Store, integrity_ok
+from rebench.store.db import MIGRATIONS_DIR, Store, integrity_ok
 from rebench.store.models import Attempt, Campaign
 
 from .conftest import run_cli
+
+
+def _head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
 
 
 def test_migration_creates_schema_in_wal_mode(db_path: Path) -> None:
@@ -15,7 +26,7 @@ def test_migration_creates_schema_in_wal_mode(db_path: Path) -> None:
     assert {"campaigns", "attempts", "events", "score_events", "pauses", "calibrations"} <= set(store.tables())
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("pragma journal_mode").fetchone()[0] == "wal"
-        assert connection.execute("select version_num from alembic_version").fetchone()[0] == "0001"
+        assert connection.execute("select version_num from alembic_version").fetchone()[0] == _head_revision()
     Store(db_path)  # opening again is a no-op upgrade
     assert integrity_ok(db_path)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import cast
 
 from rebench.agents.base import Agent, AgentConfig
@@ -34,22 +34,55 @@ def _builtin_names() -> list[str]:
     )
 
 
+def _plugins() -> dict[str, EntryPoint]:
+    """Plugin entry points by agent name.
+
+    A plugin may not take a built-in agent's name (or another plugin's): one of
+    the two would be silently ignored, so the run would not use the agent the
+    user installed or the one they asked for. That is a one-line error naming both.
+    """
+    builtins = set(_builtin_names())
+    plugins: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in builtins:
+            raise RebenchError(
+                f"agent plugin {ep.name!r} ({_describe(ep)}) has the name of the built-in agent {ep.name!r} "
+                f"({_builtin_target(ep.name)}); rename the plugin's entry point in group {ENTRY_POINT_GROUP!r}"
+            )
+        earlier = plugins.get(ep.name)
+        if earlier is not None and earlier.value != ep.value:
+            raise RebenchError(
+                f"agent plugin {ep.name!r} is registered twice: {_describe(earlier)} and {_describe(ep)}; "
+                f"rename one entry point in group {ENTRY_POINT_GROUP!r}"
+            )
+        plugins[ep.name] = ep
+    return plugins
+
+
+def _builtin_target(name: str) -> str:
+    return f"agents.{name}.agent:create_agent"
+
+
+def _describe(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"{ep.value} from distribution {dist.name!r}" if dist is not None else ep.value
+
+
 def available_agents() -> dict[str, str]:
     """Agent name -> where it comes from (built-in module or entry point)."""
-    found = {name: f"agents.{name}.agent:create_agent" for name in _builtin_names()}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
+    found = {name: _builtin_target(name) for name in _builtin_names()}
+    found.update((name, ep.value) for name, ep in _plugins().items())
     return found
 
 
 def load_agent(config: AgentConfig) -> Agent:
-    """Build the agent named in `config`; an unknown name is a one-line error."""
+    """Build the agent named in `config`; an unknown name, or a plugin clashing with a built-in, is a one-line error."""
+    plugins = _plugins()
     if config.name in _builtin_names():
         module = importlib.import_module(f"agents.{config.name}.agent")
         factory = cast(AgentFactory, module.create_agent)
         return factory(config)
-    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == config.name]
-    if not matches:
+    if config.name not in plugins:
         allowed = ", ".join(sorted(available_agents())) or "(none installed)"
         raise RebenchError(f"unknown agent {config.name!r}; allowed: {allowed}")
-    return cast(AgentFactory, matches[0].load())(config)
+    return cast(AgentFactory, plugins[config.name].load())(config)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
-from rebench.report.importer import import_metr_runs
+from rebench.report.importer import read_metr_runs, store_metr_runs
 
 app = typer.Typer(help="Import results produced elsewhere.", no_args_is_help=True, add_completion=False)
 
@@ -16,13 +16,17 @@ app = typer.Typer(help="Import results produced elsewhere.", no_args_is_help=Tru
 @app.command("metr-runs")
 def metr_runs_command(
     path: Annotated[Path, typer.Argument(help="METR's run-level export (JSON Lines), e.g. all_runs.jsonl.")],
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="Accept a file without RE-Bench rows (imports nothing).")
+    ] = False,
     db: DbOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Import the RE-Bench rows (task families ai_rd_*) of METR's export; re-importing adds nothing."""
+    """Import the RE-Bench rows (task families ai_rd_*) of METR's export; runs already imported (by run id) are skipped."""
+    export = read_metr_runs(path, allow_empty=allow_empty)  # bad input stops here, before the database is opened
     store = open_store(db)
     try:
-        summary = import_metr_runs(store, path)
+        summary = store_metr_runs(store, export)
     finally:
         store.close()
     if json_output:
@@ -30,6 +34,10 @@ def metr_runs_command(
         return
     console.print(
         f"imported {summary.added} RE-Bench runs from {summary.path} (sha256 {summary.sha256[:12]}); "
-        f"{summary.already_present} were already imported, "
-        f"{summary.skipped_other_suites} rows of other suites skipped"
+        f"{summary.already_present} were already imported (same run id), "
+        f"{summary.skipped_other_suites} rows of other suites skipped; "
+        f"{summary.clipped_negative} negative scores clipped to 0 (the paper's rule)",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
     )

@@ -1,10 +1,12 @@
 """Importing METR's run-level export (JSON Lines) as imported attempts.
 
 Only RE-Bench rows (task family `ai_rd_*`) are kept. Each becomes one finished
-attempt with its provenance: the file's sha256 and the row's line number, which
-are unique together in the store, so importing the same file twice adds nothing.
-The whole import is one transaction: a malformed row stops it with the line and
-field, and nothing of that import is kept.
+attempt identified by its METR run id (`external_id`, unique per source in the
+store), so importing a file twice, a subset of it, or the same run from another
+file adds nothing. The file's sha256 and the row's line number are kept as
+provenance. The whole file is validated before anything is written, and the
+write is one transaction: bad input stops the import with one line naming the
+line and value, and nothing of that import is kept.
 """
 
 from __future__ import annotations
@@ -21,12 +23,20 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from rebench.errors import RebenchError
-from rebench.report.known_environments import METR_FAMILY_PREFIX, EnvironmentInfo, default_info
+from rebench.report.known_environments import (
+    METR_FAMILY_PREFIX,
+    RE_BENCH_ENVIRONMENTS,
+    EnvironmentInfo,
+    default_info,
+)
 from rebench.store import Attempt, Store
 
 HUMAN_AGENT = "human"
 HUMAN_ATTEMPT_S = 28800.0  # one 8 h attempt: METR writes time_limit 0 for humans
 IMPORTED_PROFILE = "paper"
+IMPORTED_SOURCE = "imported"
+EXPECTED = "METR's run-level export (UTF-8 JSON Lines, e.g. all_runs.jsonl)"
+ALLOW_EMPTY_HINT = "pass --allow-empty to accept a file without RE-Bench rows"
 
 
 class ImportSummary(BaseModel):
@@ -37,17 +47,29 @@ class ImportSummary(BaseModel):
     added: int
     already_present: int
     skipped_other_suites: int
+    clipped_negative: int  # added rows whose negative score was raised to 0 (the paper's rule)
 
 
 @dataclass(frozen=True)
 class _Row:
     line: int
+    run_id: str
     environment: str
     agent: str
     model: str | None
     budget_s: float
     score: float
-    external_id: str | None
+    clipped: bool
+
+    def same_run(self, other: _Row) -> bool:
+        """Whether two lines describe the same run identically (a repeated line, not a conflict)."""
+        return (self.environment, self.agent, self.model, self.budget_s, self.score) == (
+            other.environment,
+            other.agent,
+            other.model,
+            other.budget_s,
+            other.score,
+        )
 
 
 class MalformedRow(RebenchError):
@@ -73,6 +95,17 @@ def _text(path: Path, line: int, record: dict[str, Any], field: str) -> str:
     return value.strip()
 
 
+def _run_id(path: Path, line: int, record: dict[str, Any]) -> str:
+    """METR's run id as text: a string for agent runs, a small integer for human baselines."""
+    value = record.get("run_id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    problem = "missing" if "run_id" not in record else f"expected text or a whole number, got {value!r}"
+    raise MalformedRow(path, line, "run_id", problem)
+
+
 def _family(path: Path, line: int, record: dict[str, Any]) -> str | None:
     """The task family, or None for rows of other METR suites (which are skipped)."""
     family = record.get("task_family")
@@ -86,91 +119,176 @@ def _family(path: Path, line: int, record: dict[str, Any]) -> str | None:
     return family if family.startswith(METR_FAMILY_PREFIX) else None
 
 
-def parse_metr_runs(path: Path, info: EnvironmentInfo) -> tuple[list[_Row], int]:
-    """Validate every line; return the RE-Bench rows and how many other-suite rows were skipped."""
-    rows: list[_Row] = []
-    skipped = 0
-    with open(path, encoding="utf-8") as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RebenchError(f"{path}: line {line}: not valid JSON ({exc.msg}); nothing was imported") from None
-            if not isinstance(record, dict):
-                raise RebenchError(f"{path}: line {line}: expected a JSON object; nothing was imported")
-            family = _family(path, line, record)
-            if family is None:
-                skipped += 1
-                continue
-            try:
-                environment = info.name_for_family(family)
-            except RebenchError as exc:
-                raise MalformedRow(path, line, "task_family", str(exc)) from None
-            agent = _text(path, line, record, "alias")
-            time_limit = _number(path, line, record, "time_limit")
-            if time_limit < 0:
-                raise MalformedRow(path, line, "time_limit", f"must be 0 (human) or positive seconds, got {time_limit}")
-            score = _number(path, line, record, "score")
-            if time_limit == 0:
-                agent, budget_s = HUMAN_AGENT, HUMAN_ATTEMPT_S
-            else:
-                budget_s = time_limit
-            model = record.get("model")
-            run_id = record.get("run_id")
-            rows.append(
-                _Row(
-                    line=line,
-                    environment=environment,
-                    agent=agent,
-                    model=str(model) if model is not None else None,
-                    budget_s=budget_s,
-                    score=max(0.0, score),  # the paper's rule: below the start counts as 0
-                    external_id=str(run_id) if run_id is not None else None,
-                )
-            )
-    return rows, skipped
+def known_families(info: EnvironmentInfo) -> list[str]:
+    """The RE-Bench task families an import accepts: the seven of the paper plus any an environment folder claims."""
+    families = {env.metr_task_family for env in RE_BENCH_ENVIRONMENTS}
+    for name in info.names():
+        folder = info.folder(name)
+        if folder is not None and folder.metadata.metr_task_family:
+            families.add(folder.metadata.metr_task_family)
+    return sorted(families)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def import_metr_runs(store: Store, path: Path, info: EnvironmentInfo | None = None) -> ImportSummary:
-    """Import METR's export into `store` as one transaction; rows already imported are left alone."""
-    path = Path(path)
+def _read_text(path: Path) -> tuple[str, str]:
+    """The file's text and sha256; a missing file, a folder or bytes that are not UTF-8 are one-line errors."""
+    if path.is_dir():
+        raise RebenchError(f"{path} is a directory; expected a file: {EXPECTED}")
     if not path.is_file():
-        raise RebenchError(f"{path}: no such file (expected METR's run-level export, JSON Lines)")
-    sha256 = file_sha256(path)
-    rows, skipped = parse_metr_runs(path, info or default_info())
+        raise RebenchError(f"{path}: no such file; expected {EXPECTED}")
     try:
-        new = _store_rows(store, sha256, rows)
-    except SQLAlchemyError as exc:
-        orig = getattr(exc, "orig", None)
-        reason = str(orig) if orig is not None else type(exc).__name__
-        raise RebenchError(f"{path}: could not write the import ({reason}); nothing was imported") from None
-    return ImportSummary(
-        path=str(path),
-        sha256=sha256,
-        added=len(new),
-        already_present=len(rows) - len(new),
-        skipped_other_suites=skipped,
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RebenchError(f"{path}: cannot read it ({exc.strerror}); expected {EXPECTED}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RebenchError(
+            f"{path}: line {line}, column {column}: byte 0x{data[exc.start]:02x} is not UTF-8; "
+            f"expected {EXPECTED}; nothing was imported"
+        ) from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _parse_lines(path: Path, text: str, info: EnvironmentInfo) -> tuple[list[_Row], int]:
+    rows: dict[str, _Row] = {}
+    skipped = 0
+    families: list[str] | None = None
+    for line, line_text in enumerate(text.split("\n"), start=1):  # not splitlines: JSON text may hold U+2028
+        if not line_text.strip():
+            continue
+        try:
+            record = json.loads(line_text)
+        except json.JSONDecodeError as exc:
+            raise RebenchError(
+                f"{path}: line {line}: not valid JSON ({exc.msg} at column {exc.colno}): {_excerpt(line_text)}; "
+                "each line must be one JSON object; nothing was imported"
+            ) from None
+        if not isinstance(record, dict):
+            raise RebenchError(
+                f"{path}: line {line}: expected a JSON object, got {_excerpt(line_text)}; nothing was imported"
+            )
+        family = _family(path, line, record)
+        if family is None:
+            skipped += 1
+            continue
+        families = families if families is not None else known_families(info)
+        if family not in families:
+            raise MalformedRow(
+                path, line, "task_family", f"unknown RE-Bench task family {family!r}; allowed: {', '.join(families)}"
+            )
+        row = _parse_row(path, line, record, info.name_for_family(family))
+        earlier = rows.get(row.run_id)
+        if earlier is None:
+            rows[row.run_id] = row
+        elif not earlier.same_run(row):
+            raise MalformedRow(
+                path, line, "run_id", f"run {row.run_id!r} already appears on line {earlier.line} with other values"
+            )
+    return list(rows.values()), skipped
+
+
+def _parse_row(path: Path, line: int, record: dict[str, Any], environment: str) -> _Row:
+    run_id = _run_id(path, line, record)
+    agent = _text(path, line, record, "alias")
+    time_limit = _number(path, line, record, "time_limit")
+    if time_limit < 0:
+        raise MalformedRow(path, line, "time_limit", f"must be 0 (human) or positive seconds, got {time_limit}")
+    score = _number(path, line, record, "score")
+    if time_limit == 0:
+        agent, budget_s = HUMAN_AGENT, HUMAN_ATTEMPT_S
+    else:
+        budget_s = time_limit
+    model = record.get("model")
+    return _Row(
+        line=line,
+        run_id=run_id,
+        environment=environment,
+        agent=agent,
+        model=str(model) if model is not None else None,
+        budget_s=budget_s,
+        score=max(0.0, score),  # the paper's rule: below the start counts as 0
+        clipped=score < 0,
     )
 
 
+def parse_metr_runs(path: Path, info: EnvironmentInfo) -> tuple[list[_Row], int]:
+    """Validate every line; return the RE-Bench rows (one per run id) and how many other-suite rows were skipped."""
+    text, _ = _read_text(Path(path))
+    return _parse_lines(Path(path), text, info)
+
+
+@dataclass(frozen=True)
+class MetrExport:
+    """A validated export, ready to store: nothing is written until every line has passed."""
+
+    path: Path
+    sha256: str
+    rows: list[_Row]
+    skipped_other_suites: int
+
+
+def read_metr_runs(path: Path, info: EnvironmentInfo | None = None, *, allow_empty: bool = False) -> MetrExport:
+    """Read and validate METR's export; a file without RE-Bench rows is an error unless `allow_empty`.
+
+    An empty result is almost always the wrong file, and "imported 0" would hide that.
+    """
+    path = Path(path)
+    text, sha256 = _read_text(path)
+    rows, skipped = _parse_lines(path, text, info or default_info())
+    if not rows and not allow_empty:
+        if skipped == 0:
+            raise RebenchError(f"{path}: the file has no rows; expected {EXPECTED}; {ALLOW_EMPTY_HINT}")
+        raise RebenchError(
+            f"{path}: none of its {skipped} rows is a RE-Bench run (task family {METR_FAMILY_PREFIX}*); "
+            f"{ALLOW_EMPTY_HINT}"
+        )
+    return MetrExport(path=path, sha256=sha256, rows=rows, skipped_other_suites=skipped)
+
+
+def store_metr_runs(store: Store, export: MetrExport) -> ImportSummary:
+    """Write a validated export as one transaction; runs already imported (by run id) are left alone."""
+    try:
+        new = _store_rows(store, export.sha256, export.rows)
+    except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None)
+        reason = str(orig) if orig is not None else type(exc).__name__
+        raise RebenchError(f"{export.path}: could not write the import ({reason}); nothing was imported") from None
+    return ImportSummary(
+        path=str(export.path),
+        sha256=export.sha256,
+        added=len(new),
+        already_present=len(export.rows) - len(new),
+        skipped_other_suites=export.skipped_other_suites,
+        clipped_negative=sum(row.clipped for row in new),
+    )
+
+
+def import_metr_runs(
+    store: Store, path: Path, info: EnvironmentInfo | None = None, *, allow_empty: bool = False
+) -> ImportSummary:
+    """Validate METR's export whole, then store its runs not imported before."""
+    return store_metr_runs(store, read_metr_runs(path, info, allow_empty=allow_empty))
+
+
 def _store_rows(store: Store, sha256: str, rows: list[_Row]) -> list[_Row]:
-    """Insert the rows not imported before, in one transaction; return them."""
+    """Insert the runs not imported before (by run id), in one transaction; return them."""
     with store.session() as session:
-        present = set(session.scalars(select(Attempt.import_row).where(Attempt.import_sha256 == sha256)))
-        new = [row for row in rows if row.line not in present]
+        present = set(
+            session.scalars(
+                select(Attempt.external_id).where(Attempt.source == IMPORTED_SOURCE, Attempt.external_id.is_not(None))
+            )
+        )
+        new = [row for row in rows if row.run_id not in present]
         session.add_all(
             Attempt(
-                source="imported",
+                source=IMPORTED_SOURCE,
                 environment=row.environment,
                 profile=IMPORTED_PROFILE,
                 agent=row.agent,
@@ -184,7 +302,7 @@ def _store_rows(store: Store, sha256: str, rows: list[_Row]) -> list[_Row]:
                 anchors_kind="imported",
                 import_sha256=sha256,
                 import_row=row.line,
-                external_id=row.external_id,
+                external_id=row.run_id,
             )
             for row in new
         )

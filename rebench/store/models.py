@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 ATTEMPT_STATUSES = ("queued", "running", "done", "limit", "error", "interrupted")
@@ -42,7 +42,11 @@ class Attempt(Base):
     """One attempt of one agent (or human) at one environment under one budget."""
 
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("import_sha256", "import_row", name="uq_attempt_import_provenance"),)
+    __table_args__ = (
+        UniqueConstraint("import_sha256", "import_row", name="uq_attempt_import_provenance"),
+        # one attempt per run of an outside source: re-importing a run, from any file, adds nothing
+        Index("uq_attempt_source_external_id", "source", "external_id", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), index=True)
