@@ -22,6 +22,9 @@ from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
 
 ROW_FIELDS = list(ScoreRow.model_fields)
+KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
+NUMERIC_COLUMNS = {"n", "min n", "envs", "score", "mean", "best", "human percentile", "attempts", "no submission", "above 2"}
+Table_ = tuple[str, list[str], list[list[str]]]
 
 
 def _f(value: float) -> str:
@@ -48,10 +51,74 @@ def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:
     return sorted(rows, key=lambda r: (r.agent != "human", r.agent, r.source, r.total_s, r.budget_s))
 
 
-def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[str, list[str], list[list[str]]]]:
+def _best_mark(row: ScoreRow, widest: dict[tuple[str, str, float], int]) -> str:
+    if row.best_allocation:
+        return "*"
+    if not row.comparable:
+        return f"not comparable: {row.envs} of {widest[(row.agent, row.source, row.total_s)]} envs"
+    return ""
+
+
+def _headline_table(report: Report) -> Table_:
+    rows = []
+    for line in report.headline:
+        ratio = "-"
+        if line.ratio is not None:
+            ratio = f"{line.ratio:.2f}" + ("" if line.same_environments else " (different envs)")
+        rows.append(
+            [
+                format_duration(line.total_s),
+                line.agent or "-",
+                line.allocation or "-",
+                _f(line.agent_score) if line.agent_score is not None else "-",
+                str(line.agent_envs) if line.agent else "-",
+                _f(line.human_score) if line.human_score is not None else "-",
+                ratio,
+                line.human_data,
+            ]
+        )
+    return (
+        "best agent vs human experts by total time budget per environment (average over environments)",
+        ["total", "best agent", "allocation", "agent score", "envs", "human score", "ratio", "human data"],
+        rows,
+    )
+
+
+def _agents_table(report: Report) -> Table_:
+    at = format_duration(report.settings.compare_at_s)
+    rows = [
+        [
+            a.agent,
+            a.source,
+            str(a.attempts),
+            str(a.not_submitted),
+            str(a.above_2),
+            f"{_f(a.score)} ({a.allocation})" if a.score is not None else "-",
+            (
+                f"{_f(a.score_without_above_2)} ({a.allocation_without_above_2})"
+                if a.score_without_above_2 is not None
+                else "-"
+                if a.above_2
+                else "same"
+            ),
+        ]
+        for a in sorted(report.agents, key=lambda a: (a.agent != "human", a.agent, a.source))
+    ]
+    return (
+        f"attempts per agent: ended without submitting, scoring above 2, and the best score at {at} without those",
+        ["agent", "source", "attempts", "no submission", "above 2", f"best at {at}", "without runs above 2"],
+        rows,
+    )
+
+
+def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]:
     """Every table of the report as (title, header, rows) so all formats show the same numbers."""
-    tables = []
+    tables = [_headline_table(report), _agents_table(report)]
     overall = [r for r in report.rows if r.environment == ALL]
+    widest: dict[tuple[str, str, float], int] = {}
+    for r in overall:
+        key = (r.agent, r.source, r.total_s)
+        widest[key] = max(widest.get(key, 0), r.envs)
     tables.append(
         (
             "score@k averaged over environments, by total budget (* = best allocation at that total)",
@@ -76,7 +143,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
                     str(r.min_n),
                     _f(r.point),
                     f"{_f(r.low)}-{_f(r.high)}",
-                    "*" if r.best_allocation else "",
+                    _best_mark(r, widest),
                 ]
                 for r in _sorted_rows(overall)
             ],
@@ -139,7 +206,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
     tables.append(
         (
             "attempts per environment, agent and per-attempt budget (normalized scores)",
-            ["environment", "agent", "source", "budget", "n", "mean", "best", "anchors"],
+            ["environment", "agent", "source", "budget", "n", "no submission", "mean", "best", "anchors"],
             [
                 [
                     a.environment,
@@ -147,6 +214,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
                     a.source,
                     format_duration(a.budget_s),
                     str(a.n),
+                    str(a.not_submitted),
                     _f(a.mean),
                     _f(a.best),
                     a.anchors,
@@ -159,7 +227,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
     return tables
 
 
-def _humans_table(report: Report, info: EnvironmentInfo) -> tuple[str, list[str], list[list[str]]]:
+def _humans_table(report: Report, info: EnvironmentInfo) -> Table_:
     ours = report.humans
     paper_env = {row.environment: row for row in PAPER_ENVIRONMENTS}
     rows = [
@@ -209,9 +277,14 @@ def print_terminal(report: Report, console: Console, by_env: bool = False, info:
     for title, full_header, full_rows in _tables(report, by_env, info):
         header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
         table = Table(title=title, title_justify="left")
-        for column in header:
-            numeric = column in {"n", "min n", "envs", "score", "mean", "best", "human percentile"}
-            table.add_column(column, justify="right" if numeric else "left", no_wrap=column == "95% interval")
+        for i, column in enumerate(header):
+            key = column in KEY_COLUMNS
+            table.add_column(
+                column,
+                justify="right" if column in NUMERIC_COLUMNS else "left",
+                no_wrap=key or column == "95% interval",
+                min_width=max((len(row[i]) for row in rows), default=0) if key else None,
+            )
         for row in rows:
             table.add_row(*row)
         console.print(table)
