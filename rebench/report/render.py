@@ -23,7 +23,18 @@ from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMAN
 
 ROW_FIELDS = list(ScoreRow.model_fields)
 KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
-NUMERIC_COLUMNS = {"n", "min n", "envs", "score", "mean", "best", "human percentile", "attempts", "no submission", "above 2"}
+NUMERIC_COLUMNS = {
+    "n",
+    "min n",
+    "envs",
+    "score",
+    "mean",
+    "best",
+    "human percentile",
+    "attempts",
+    "no submission",
+    "above 2",
+}
 Table_ = tuple[str, list[str], list[list[str]]]
 
 
