@@ -308,12 +308,41 @@ def report_json(report: Report) -> list[dict[str, Any]]:
     return [row.model_dump() for row in report.rows]
 
 
-def _markdown(report: Report, info: EnvironmentInfo) -> str:
+def _figures(report: Report, info: EnvironmentInfo) -> list[tuple[str, str, bytes | None]]:
+    """(title, file name, PNG or None when there is nothing to plot) for every plot of the report."""
+    from rebench.report import plots
+
+    at = report.settings.compare_at_s
+    return [
+        ("Best allocation per agent vs total time budget", "score_vs_budget.png", plots.score_vs_budget(report)),
+        (
+            "Score@k by agent and per-attempt length",
+            "score_by_attempt_length.png",
+            plots.score_by_attempt_length(report),
+        ),
+        (
+            f"Per environment at {format_duration(at)} total budget",
+            f"per_environment_{format_duration(at)}.png",
+            plots.per_environment(report, at, info),
+        ),
+        ("Score over time (attempts with score logs)", "score_over_time.png", plots.score_over_time(report, info)),
+    ]
+
+
+def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
     lines = ["# rebench report", "", settings_line(report), ""]
-    for title, header, rows in _tables(report, True, info):
-        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
-        lines.append("")
+    tables = _tables(report, True, info)
+    lines += _markdown_table(*tables[0])
+    for title, name, png in figures:
+        lines += [f"## {title}", "", f"![{title}]({name})" if png is not None else "No data for this plot.", ""]
+    for table in tables[1:]:
+        lines += _markdown_table(*table)
     lines += [f"- note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 
@@ -337,55 +366,56 @@ img { max-width: 100%; }
 """
 
 
-def _html(report: Report, info: EnvironmentInfo) -> str:
-    from rebench.report import plots
+def _html_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    parts = [f"<h2>{html.escape(title)}</h2><table><tr>"]
+    parts += [f"<th>{html.escape(h)}</th>" for h in header]
+    parts.append("</tr>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
+    parts.append("</table>")
+    return parts
 
+
+def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>rebench report</h1>",
         f"<p>{html.escape(settings_line(report))}</p>",
     ]
-    at = report.settings.compare_at_s
-    figures = [
-        ("Average normalized score vs total time budget", plots.score_vs_budget(report)),
-        (f"Per environment at {format_duration(at)} total budget", plots.per_environment(report, at, info)),
-        ("Score over time (attempts with score logs)", plots.score_over_time(report, info)),
-    ]
-    for title, png in figures:
+    tables = _tables(report, True, info)
+    parts += _html_table(*tables[0])  # the headline comes first
+    for title, _, png in figures:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         if png is None:
             parts.append("<p class='note'>No data for this plot.</p>")
         else:
             data = base64.b64encode(png).decode("ascii")
             parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
-    for title, header, rows in _tables(report, True, info):
-        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>")
-        parts += [f"<th>{html.escape(h)}</th>" for h in header]
-        parts.append("</tr>")
-        for row in rows:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
-        parts.append("</table>")
+    for table in tables[1:]:
+        parts += _html_table(*table)
     parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in report.notes]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None) -> list[Path]:
-    """report.md, score_at_k.csv and report.html in `out_dir`; returns the paths written."""
+    """report.md, score_at_k.csv, report.html and the plots as PNG files in `out_dir`; returns the paths."""
     info = info or default_info()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RebenchError(f"cannot create the output folder {str(out_dir)!r}: {exc}") from None
-    files = {
-        out_dir / "report.md": _markdown(report, info),
-        out_dir / "score_at_k.csv": _csv(report),
-        out_dir / "report.html": _html(report, info),
+    figures = _figures(report, info)
+    files: dict[Path, bytes] = {
+        out_dir / "report.md": _markdown(report, info, figures).encode("utf-8"),
+        out_dir / "score_at_k.csv": _csv(report).encode("utf-8"),
+        out_dir / "report.html": _html(report, info, figures).encode("utf-8"),
     }
-    for path, text in files.items():
+    files.update({out_dir / name: png for _, name, png in figures if png is not None})
+    for path, content in files.items():
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(content)
         tmp.replace(path)
     return list(files)
 
