@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rebench.budget import format_duration
-from rebench.report.compute import ALL, Report, ScoreRow
+from rebench.report.compute import ALL, PLAUSIBLE_MAX, Report, ScoreRow
 from rebench.report.data import HUMAN_AGENT
 from rebench.report.known_environments import EnvironmentInfo, default_info
 
@@ -31,7 +31,9 @@ Color = tuple[float, ...] | str
 
 def _colors(agents: Iterable[str]) -> dict[str, Color]:
     """One distinct colour per agent (tab10, then tab20's light shades); humans are black."""
-    base = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("tab20").colors[1::2])  # type: ignore[attr-defined]
+    tab10 = list(plt.get_cmap("tab10").colors)  # type: ignore[attr-defined]
+    light = list(plt.get_cmap("tab20").colors[1::2])  # type: ignore[attr-defined]
+    base = tab10[:7] + tab10[8:] + light[:7] + light[8:]  # no greys: they read as the humans' black
     others = sorted({a for a in agents if a != HUMAN_AGENT})
     colors: dict[str, Color] = {agent: base[i % len(base)] for i, agent in enumerate(others)}
     colors[HUMAN_AGENT] = HUMAN_COLOR
@@ -43,12 +45,12 @@ def _report_colors(report: Report) -> dict[str, Color]:
 
 
 def robust_top(values: Sequence[float]) -> float:
-    """The y-axis top: the largest value unless it lies far above the bulk (1.5 x the 90th percentile,
-    at least 1, the reference), plus a margin."""
+    """The y-axis top: the largest value unless it lies far above the bulk (above 1.5 x the 90th
+    percentile and above 2, which the paper never saw after review), plus a margin."""
     if not values:
         return 1.0
     array = np.asarray(values, dtype=np.float64)
-    cap = max(1.0, 1.5 * float(np.percentile(array, 90)))
+    cap = max(PLAUSIBLE_MAX, 1.5 * float(np.percentile(array, 90)))
     return min(float(array.max()), cap) * 1.1 + 0.02
 
 

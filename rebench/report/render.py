@@ -31,8 +31,10 @@ NUMERIC_COLUMNS = {
     "mean",
     "best",
     "human percentile",
-    "attempts",
-    "no submission",
+    "runs",
+    "unsubmitted",
+    "no submit",
+    ">2",
     "above 2",
 }
 Table_ = tuple[str, list[str], list[list[str]]]
@@ -89,8 +91,9 @@ def _headline_table(report: Report) -> Table_:
             ]
         )
     return (
-        "best agent vs human experts by total time budget per environment (average over environments)",
-        ["total", "best agent", "allocation", "agent score", "envs", "human score", "ratio", "human data"],
+        "best agent vs human experts by total time budget per environment (average over environments; "
+        "human = their score, ratio = agent / human)",
+        ["total", "best agent", "alloc", "score", "envs", "human", "ratio", "human data"],
         rows,
     )
 
@@ -116,8 +119,9 @@ def _agents_table(report: Report) -> Table_:
         for a in sorted(report.agents, key=lambda a: (a.agent != "human", a.agent, a.source))
     ]
     return (
-        f"attempts per agent: ended without submitting, scoring above 2, and the best score at {at} without those",
-        ["agent", "source", "attempts", "no submission", "above 2", f"best at {at}", "without runs above 2"],
+        f"runs per agent: ended without submitting (no submit), scoring above 2 (>2), and the best score at "
+        f"{at} with and without those above 2",
+        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2"],
         rows,
     )
 
@@ -167,17 +171,17 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
         )
         tables.append(
             (
-                "score@k per environment",
+                "score@k per environment (* = best allocation at that total)",
                 [
                     "environment",
                     "agent",
                     "source",
                     "total",
-                    "allocation",
+                    "alloc",
                     "n",
                     "score",
                     "95% interval",
-                    "best",
+                    "*",
                 ],
                 [
                     [
@@ -217,7 +221,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
     tables.append(
         (
             "attempts per environment, agent and per-attempt budget (normalized scores)",
-            ["environment", "agent", "source", "budget", "n", "no submission", "mean", "best", "anchors"],
+            ["environment", "agent", "source", "budget", "n", "unsubmitted", "mean", "best", "anchors"],
             [
                 [
                     a.environment,
@@ -277,6 +281,56 @@ def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[lis
     return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
 
 
+# Descriptive text columns wrap at spaces; every other column (environment, agent, the numbers) is
+# shown whole. Columns are left out in DROPPABLE's order until the table fits the terminal.
+WRAPPING = {"human data", "best alloc", "", "anchors", "without >2"} | {f"best at {d}" for d in ("30m", "2h", "8h")}
+WRAP_MIN = 10
+DROPPABLE = ("anchors", "95% interval", "min n", "source", "envs", "total", "n", "mean")
+
+
+def _wraps(column: str) -> bool:
+    return column in WRAPPING or column.startswith("best at ")
+
+
+def _column_width(column: str, values: list[str]) -> int:
+    if _wraps(column):
+        words = [word for text in [column, *values] for word in text.split()]
+        return max([WRAP_MIN, *(len(word) for word in words)])
+    return max([len(column), *(len(value) for value in values)])
+
+
+def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> tuple[Table, int]:
+    """The table and the narrowest width it can take without cutting a cell."""
+    table = Table(title=title, title_justify="left")
+    width = 1
+    for i, column in enumerate(header):
+        least = _column_width(column, [row[i] for row in rows])
+        width += least + 3
+        table.add_column(
+            column,
+            justify="right" if column in NUMERIC_COLUMNS else "left",
+            no_wrap=not _wraps(column),
+            min_width=least,
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table, width
+
+
+def _fitting_table(title: str, header: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+    """The table, leaving out descriptive columns until it fits `width` (key columns stay, whole)."""
+    dropped: list[str] = []
+    while True:
+        table, least = _rich_table(title, header, rows)
+        column = next((c for c in DROPPABLE if c in header), None)
+        if least <= width or column is None:
+            return table, dropped
+        i = header.index(column)
+        header = header[:i] + header[i + 1 :]
+        rows = [row[:i] + row[i + 1 :] for row in rows]
+        dropped.append(column)
+
+
 def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
     info = info or default_info()
     if not console.is_terminal and console.width < PIPED_WIDTH:
@@ -287,18 +341,12 @@ def print_terminal(report: Report, console: Console, by_env: bool = False, info:
         console.print(f"all attempts below are {sources[0]}")
     for title, full_header, full_rows in _tables(report, by_env, info):
         header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
-        table = Table(title=title, title_justify="left")
-        for i, column in enumerate(header):
-            key = column in KEY_COLUMNS
-            table.add_column(
-                column,
-                justify="right" if column in NUMERIC_COLUMNS else "left",
-                no_wrap=key or column == "95% interval",
-                min_width=max((len(row[i]) for row in rows), default=0) if key else None,
-            )
-        for row in rows:
-            table.add_row(*row)
+        table, dropped = _fitting_table(title, header, rows, console.width)
         console.print(table)
+        if dropped:
+            console.print(
+                f"(columns left out to fit {console.width} columns: {', '.join(dropped)}; see --json or --out)"
+            )
     for note in report.notes:
         console.print(f"note: {note}")
 
