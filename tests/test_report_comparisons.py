@@ -44,9 +44,7 @@ def _report(store: Store, info: EnvironmentInfo, **options: object) -> Report:
 
 def _all_row(report: Report, agent: str, total_s: float, budget_s: float) -> ScoreRow:
     (row,) = [
-        r
-        for r in report.rows
-        if (r.agent, r.environment, r.total_s, r.budget_s) == (agent, ALL, total_s, budget_s)
+        r for r in report.rows if (r.agent, r.environment, r.total_s, r.budget_s) == (agent, ALL, total_s, budget_s)
     ]
     return row
 
@@ -140,7 +138,7 @@ def test_runs_above_two_are_counted_once_and_shown_without(mixed_store: Store, i
 def test_bad_exclude_above_is_a_one_line_error() -> None:
     from rebench.errors import RebenchError
 
-    with pytest.raises(RebenchError, match="invalid --exclude-above -1.0"):
+    with pytest.raises(RebenchError, match=r"invalid --exclude-above -1\.0"):
         settings_from_options(exclude_above=-1.0)
 
 
@@ -226,7 +224,9 @@ def test_key_columns_are_never_cut_at_80_columns(tmp_path: Path, info: Environme
     report = _report(store, info)
     for terminal in (True, False):  # an 80-column terminal, and a pipe
         out = io.StringIO()
-        print_terminal(report, Console(file=out, width=80, force_terminal=terminal, color_system=None), by_env=True, info=info)
+        print_terminal(
+            report, Console(file=out, width=80, force_terminal=terminal, color_system=None), by_env=True, info=info
+        )
         text = out.getvalue()
         assert "…" not in "".join(line for line in text.splitlines() if LONG_AGENT[:6] in line)
         assert text.count(LONG_AGENT) >= 3  # headline, per agent, score table: whole, on one line
