@@ -237,7 +237,10 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
     axes.set_ylim(0, top)
     axes.set_xticks(range(len(envs)), [info.title(env) for env in envs], rotation=20, ha="right", fontsize=8)
     axes.set_ylabel("normalized score")
-    axes.set_title(f"Per environment at {format_duration(total_s)} total budget (each agent's best allocation)")
+    title = f"Per environment at {format_duration(total_s)} total budget (each agent's best allocation)"
+    if not any(agent == HUMAN_AGENT for agent, _ in groups):
+        title += f"\nno human data at {format_duration(total_s)} (human attempts are 8 h; cut needs a score log)"
+    axes.set_title(title)
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(figure)
