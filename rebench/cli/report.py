@@ -43,7 +43,9 @@ def report_command(
     budgets: Annotated[
         str, typer.Option("--budgets", help="Total budgets per environment, comma-separated.")
     ] = "30m,2h,8h,16h,32h",
-    at: Annotated[str, typer.Option("--at", help="Total budget of the per-environment comparison.")] = "8h",
+    at: Annotated[
+        str, typer.Option("--at", help="Total budget of the per-environment plot and the per-agent table.")
+    ] = "8h",
     exclude_above: Annotated[
         float | None,
         typer.Option(
