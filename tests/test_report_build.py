@@ -182,9 +182,10 @@ def test_written_files_hold_the_table_numbers(store: Store, info: EnvironmentInf
     report = make_report(store, Filters(), settings_from_options(n_bootstrap=100, at="8h"), info)
     assert report is not None
     paths = write_outputs(report, tmp_path / "out", info)
-    assert {p.name for p in paths} == {"report.md", "score_at_k.csv", "report.html"}
+    pngs = {"score_vs_budget.png", "score_by_attempt_length.png", "per_environment_8h.png", "score_over_time.png"}
+    assert {p.name for p in paths} == {"report.md", "score_at_k.csv", "report.html"} | pngs
     page = (tmp_path / "out" / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3  # budget curve, per environment, score over time
+    assert page.count("data:image/png;base64,") == 4  # best lines, lines per attempt length, per env, over time
     assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained
     assert "100 resamples" in page and "seed 0" in page
     for row in report.rows:

@@ -73,6 +73,8 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureF
         (["report", "--db", db, "--source", "theirs"], "unknown source 'theirs'; allowed: own, imported"),
         (["report", "--db", db, "--estimator", "median"], "unknown estimator 'median'"),
         (["report", "--db", db, "--budgets", "8"], "invalid duration '8'"),
+        (["report", "--db", db, "--exclude-above", "-1"], "invalid --exclude-above -1.0"),
+        (["report", "--db", db, "--exclude-above", "nan"], "invalid --exclude-above nan"),
         (["report", "--db", db], "no finished attempts match"),
         (["import", "metr-runs", str(tmp_path / "none.jsonl"), "--db", db], "no such file"),
     ):

@@ -24,7 +24,8 @@ def report_command(
     db: DbOption = None,
     json_output: JsonOption = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write report.md, score_at_k.csv and report.html here.")
+        Path | None,
+        typer.Option("--out", help="Write report.md, score_at_k.csv, report.html and the plots (PNG) here."),
     ] = None,
     campaign: Annotated[list[int] | None, typer.Option("--campaign", help="Only these campaign ids.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="Only these environments.")] = None,
@@ -42,12 +43,21 @@ def report_command(
     budgets: Annotated[
         str, typer.Option("--budgets", help="Total budgets per environment, comma-separated.")
     ] = "30m,2h,8h,16h,32h",
-    at: Annotated[str, typer.Option("--at", help="Total budget of the per-environment comparison.")] = "8h",
+    at: Annotated[
+        str, typer.Option("--at", help="Total budget of the per-environment plot and the per-agent table.")
+    ] = "8h",
+    exclude_above: Annotated[
+        float | None,
+        typer.Option(
+            "--exclude-above",
+            help="Leave out runs with a normalized score above this (e.g. 2). Default: keep all, as METR did.",
+        ),
+    ] = None,
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
 ) -> None:
     """Score@k per agent and total time budget, with bootstrap intervals and human comparison."""
     filters = Filters(campaigns=campaign or (), environments=env or (), agents=agent or (), source=source)
-    settings = settings_from_options(estimator, n_bootstrap, seed, budgets, at)
+    settings = settings_from_options(estimator, n_bootstrap, seed, budgets, at, exclude_above)
     store = open_store(db)
     try:
         report = make_report(store, filters, settings)

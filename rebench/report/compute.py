@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from rebench.budget import format_duration
 from rebench.errors import RebenchError
 from rebench.report.allocation import CURVE_KS, Allocation, allocation_for
 from rebench.report.bootstrap import (
@@ -17,12 +19,14 @@ from rebench.report.bootstrap import (
     EnvironmentScores,
     bootstrap_score_at_k,
 )
-from rebench.report.data import HUMAN_AGENT, ReportData, RunRecord
+from rebench.report.data import HUMAN_AGENT, HUMAN_ATTEMPT_S, ReportData, RunRecord
 from rebench.report.estimators import ESTIMATORS, EstimatorName
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.percentiles import human_percentile_curve, locate_on_curve
 
 ALL = "all"
+PLAUSIBLE_MAX = 2.0  # the paper never saw a normalized score above 2 after its review
+HEADLINE_TOTALS_S = (7200.0, 28800.0, 57600.0, 115200.0)  # the headline table: 2h, 8h, 16h, 32h
 CURVE_MAX_TOTAL_S = 64 * 3600.0  # the plot's x range: the paper's budgets up to Claude's 30min@128
 
 
@@ -34,6 +38,7 @@ class ReportSettings(BaseModel):
     seed: int = DEFAULT_SEED
     total_budgets_s: tuple[float, ...]
     compare_at_s: float = 28800.0
+    exclude_above: float | None = Field(None, description="leave out runs scoring above this; None keeps all")
 
 
 class ScoreRow(BaseModel):
@@ -64,6 +69,13 @@ class ScoreRow(BaseModel):
     best: float = Field(description="best run score (for `all`: averaged over environments)")
     anchors: str = Field(description="anchors behind the scores: declared, calibrated, imported")
     best_allocation: bool = Field(False, description="the highest estimate at this total budget")
+    comparable: bool = Field(
+        True,
+        description="False: covers fewer environments than another allocation of this agent at this "
+        "total, so it is not compared with them",
+    )
+    not_submitted: int = Field(0, description="runs behind the row that ended without submitting")
+    above_2: int = Field(0, description="runs behind the row scoring above 2 (implausible after review)")
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -89,9 +101,43 @@ class AttemptSummary(BaseModel):
     source: str
     budget_s: float
     n: int
+    not_submitted: int = Field(0, description="attempts that ended without submitting")
     mean: float
     best: float
     anchors: str = Field(description="kinds of anchors behind the normalized scores: declared, calibrated, imported")
+
+
+class AgentSummary(BaseModel):
+    """Per agent: attempts, how many ended without submitting or score above 2, and what those do to
+    its headline number (the best allocation at the report's `--at` total)."""
+
+    agent: str
+    source: str
+    attempts: int
+    not_submitted: int
+    above_2: int
+    total_s: float
+    allocation: str | None
+    score: float | None
+    allocation_without_above_2: str | None = None
+    score_without_above_2: float | None = None
+
+
+class HeadlineRow(BaseModel):
+    """Best agent against human experts at one total time budget per environment."""
+
+    total_s: float
+    agent: str | None = None
+    agent_source: str | None = None
+    allocation: str | None = None
+    agent_score: float | None = None
+    agent_envs: int = 0
+    human_allocation: str | None = None
+    human_score: float | None = None
+    human_envs: int = 0
+    ratio: float | None = None
+    same_environments: bool = False
+    human_data: str = Field(description="whether humans have data at this total, and why not")
 
 
 class HumanSummary(BaseModel):
@@ -114,8 +160,11 @@ class Report:
     humans: HumanSummary | None
     data: ReportData
     notes: list[str]
+    agents: list[AgentSummary] = field(default_factory=list)
+    headline: list[HeadlineRow] = field(default_factory=list)
 
 
+_T = TypeVar("_T")
 GroupKey = tuple[str, str, float]  # agent, source, per-attempt budget
 
 
@@ -126,8 +175,8 @@ def _groups(runs: Iterable[RunRecord]) -> dict[GroupKey, list[RunRecord]]:
     return dict(groups)
 
 
-def _by_env(values: Iterable[tuple[str, float]]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = defaultdict(list)
+def _by_env(values: Iterable[tuple[str, _T]]) -> dict[str, list[_T]]:
+    out: dict[str, list[_T]] = defaultdict(list)
     for env, value in values:
         out[env].append(value)
     return dict(out)
@@ -148,14 +197,15 @@ class _Builder:
     def rows(
         self,
         key: GroupKey,
-        scores: dict[str, list[float]],
+        scored: dict[str, list[tuple[float, RunRecord]]],
         allocations: Sequence[Allocation],
         anchors: dict[str, str],
     ) -> list[ScoreRow]:
         """Per-environment and `all` rows for allocations that share one set of scores."""
         agent, source, _ = key
-        if not scores or not allocations:
+        if not scored or not allocations:
             return []
+        scores = {env: [value for value, _ in pairs] for env, pairs in scored.items()}
         data = {
             env: EnvironmentScores(np.asarray(values, dtype=np.float64), self.info.best_of_k(env))
             for env, values in scores.items()
@@ -173,6 +223,8 @@ class _Builder:
         means = [float(np.mean(scores[env])) for env in result.environments]
         bests = [float(np.max(scores[env])) for env in result.environments]
         kinds = [anchors.get(env, "") for env in result.environments]
+        unsubmitted = [sum(not run.submitted for _, run in scored[env]) for env in result.environments]
+        high = [sum(value > PLAUSIBLE_MAX for value, _ in scored[env]) for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -200,6 +252,8 @@ class _Builder:
                         mean=means[i],
                         best=bests[i],
                         anchors=kinds[i],
+                        not_submitted=unsubmitted[i],
+                        above_2=high[i],
                         **common,
                     )
                 )
@@ -216,6 +270,8 @@ class _Builder:
                     mean=float(np.mean(means)),
                     best=float(np.mean(bests)),
                     anchors=",".join(sorted(set(",".join(kinds).split(",")) - {""})),
+                    not_submitted=sum(unsubmitted),
+                    above_2=sum(high),
                     **common,
                 )
             )
@@ -234,23 +290,57 @@ class _Builder:
             if alloc is None:
                 continue
             (cut if alloc.truncated else whole).append(alloc)
-        rows = self.rows(key, _by_env((r.environment, r.score) for r in runs), whole, anchors)
+        rows = self.rows(key, _by_env((r.environment, (r.score, r)) for r in runs), whole, anchors)
         for alloc in cut:
-            logged = ((r.environment, r.score_at(alloc.total_s)) for r in runs)
-            scores = _by_env((env, value) for env, value in logged if value is not None)
-            rows.extend(self.rows(key, scores, [alloc], anchors))
+            logged = ((r, r.score_at(alloc.total_s)) for r in runs)
+            scored = _by_env((r.environment, (value, r)) for r, value in logged if value is not None)
+            rows.extend(self.rows(key, scored, [alloc], anchors))
         return rows
 
 
-def _mark_best(rows: list[ScoreRow]) -> None:
-    """Per agent, source, environment and total budget, mark the allocation with the highest estimate."""
-    best: dict[tuple[str, str, str, float], ScoreRow] = {}
+AllocationKey = tuple[str, str, float, int, float, bool]
+
+
+def _allocation_key(row: ScoreRow) -> AllocationKey:
+    return (row.agent, row.source, row.budget_s, row.k, row.total_s, row.truncated)
+
+
+def _env_sets(rows: Iterable[ScoreRow]) -> dict[AllocationKey, frozenset[str]]:
+    """The environments behind each allocation's `all` row (from its per-environment rows)."""
+    out: dict[AllocationKey, set[str]] = defaultdict(set)
     for row in rows:
-        key = (row.agent, row.source, row.environment, row.total_s)
-        if key not in best or row.point > best[key].point:
-            best[key] = row
-    for row in best.values():
-        row.best_allocation = True
+        if row.environment != ALL:
+            out[_allocation_key(row)].add(row.environment)
+    return {key: frozenset(envs) for key, envs in out.items()}
+
+
+def _mark_best(rows: list[ScoreRow]) -> list[str]:
+    """Per agent, source, environment and total budget, mark the allocation with the highest estimate.
+
+    `all` rows average over the environments an allocation has runs for, so only allocations
+    covering every environment any allocation of the agent covers at that total compete; the
+    others are marked not comparable. Returns a note for each total where none covers them all.
+    """
+    env_sets = _env_sets(rows)
+    groups: dict[tuple[str, str, str, float], list[ScoreRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.agent, row.source, row.environment, row.total_s)].append(row)
+    notes = []
+    for (agent, source, environment, total_s), members in groups.items():
+        if environment == ALL:
+            sets = {id(row): env_sets.get(_allocation_key(row), frozenset()) for row in members}
+            union = frozenset().union(*sets.values())
+            for row in members:
+                row.comparable = sets[id(row)] == union
+            members = [row for row in members if row.comparable]
+            if not members:
+                notes.append(
+                    f"{agent} ({source}) at {format_duration(total_s)}: no allocation covers all "
+                    f"{len(union)} environments its attempts cover, so none is marked best"
+                )
+                continue
+        max(members, key=lambda r: r.point).best_allocation = True  # the first of equal estimates
+    return notes
 
 
 def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
@@ -264,6 +354,7 @@ def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             source=source,
             budget_s=budget,
             n=len(members),
+            not_submitted=sum(not r.submitted for r in members),
             mean=float(np.mean([r.score for r in members])),
             best=max(r.score for r in members),
             anchors=",".join(sorted({r.anchors for r in members})),
@@ -286,22 +377,15 @@ def _human_summary(humans: list[RunRecord]) -> HumanSummary | None:
     )
 
 
-def _allocation_key(row: ScoreRow) -> tuple[str, str, float, int, float, bool]:
-    return (row.agent, row.source, row.budget_s, row.k, row.total_s, row.truncated)
-
-
 def _standings(rows: list[ScoreRow], humans: list[RunRecord]) -> list[Standing]:
     """Locate each agent's best `all` row among the human 8 h scores of the same environments."""
     human_scores = _by_env((h.environment, h.score) for h in humans)
-    envs_of: dict[tuple[str, str, float, int, float, bool], set[str]] = defaultdict(set)
-    for row in rows:
-        if row.environment != ALL:
-            envs_of[_allocation_key(row)].add(row.environment)
+    envs_of = _env_sets(rows)
     out = []
     for row in rows:
         if row.environment != ALL or not row.best_allocation or row.agent == HUMAN_AGENT:
             continue
-        envs = envs_of[_allocation_key(row)]
+        envs = envs_of.get(_allocation_key(row), frozenset())
         if not envs or not envs <= set(human_scores):
             continue  # the human curve must cover the same environments as the agent's average
         curve = human_percentile_curve({env: human_scores[env] for env in sorted(envs)})
@@ -320,11 +404,136 @@ def _standings(rows: list[ScoreRow], humans: list[RunRecord]) -> list[Standing]:
     return out
 
 
+def _unique(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    """Runs once each: human attempts sit both in `runs` (unless filtered out) and in `humans`."""
+    return list({run.attempt_id: run for run in runs}.values())
+
+
+def _best_all(rows: Iterable[ScoreRow], agent: str, source: str, total_s: float) -> ScoreRow | None:
+    wanted = (agent, source, total_s, ALL, True)
+    return next((r for r in rows if (r.agent, r.source, r.total_s, r.environment, r.best_allocation) == wanted), None)
+
+
+def _label(row: ScoreRow) -> str:
+    return Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+
+
+def _agent_summaries(
+    builder: _Builder, loaded: list[RunRecord], rows: list[ScoreRow], total_s: float
+) -> list[AgentSummary]:
+    """Per agent: attempts (as loaded), those without a submission or above 2, and the headline at
+    `total_s` as reported and recomputed without the runs above 2."""
+    by_agent: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for run in loaded:
+        by_agent[(run.agent, run.source)].append(run)
+    out = []
+    for (agent, source), runs in sorted(by_agent.items()):
+        best = _best_all(rows, agent, source, total_s)
+        summary = AgentSummary(
+            agent=agent,
+            source=source,
+            attempts=len(runs),
+            not_submitted=sum(not r.submitted for r in runs),
+            above_2=sum(r.score > PLAUSIBLE_MAX for r in runs),
+            total_s=total_s,
+            allocation=_label(best) if best else None,
+            score=best.point if best else None,
+        )
+        if summary.above_2:
+            kept = [r for r in runs if r.score <= PLAUSIBLE_MAX]
+            groups = sorted(_groups(kept).items())
+            again = [row for key, members in groups for row in builder.group(key, members, [total_s])]
+            _mark_best(again)
+            without = _best_all(again, agent, source, total_s)
+            summary.allocation_without_above_2 = _label(without) if without else None
+            summary.score_without_above_2 = without.point if without else None
+        out.append(summary)
+    return out
+
+
+def _human_gap(total_s: float, humans: list[RunRecord], settings: ReportSettings) -> str:
+    """Why humans have no row at `total_s`."""
+    if total_s not in settings.total_budgets_s:
+        return "not computed: this total is not in --budgets"
+    if not humans:
+        return "no: no human 8 h attempts in the store"
+    if total_s < HUMAN_ATTEMPT_S:
+        if not any(h.curve for h in humans):
+            return (
+                f"no: human attempts are 8 h and none has a score log (METR's export has none), so "
+                f"there is no human score at {format_duration(total_s)}"
+            )
+        return f"no: no human attempt's score log reaches {format_duration(total_s)}"
+    return f"no: {format_duration(total_s)} is not a whole number of 8 h human attempts"
+
+
+def _headline(rows: list[ScoreRow], humans: list[RunRecord], settings: ReportSettings) -> list[HeadlineRow]:
+    """Best agent against the humans at 2h, 8h, 16h and 32h total per environment.
+
+    The best agent is the highest best-allocation average among the agents covering the most
+    environments at that total (an average over fewer environments is not comparable).
+    """
+    env_sets = _env_sets(rows)
+    best = [r for r in rows if r.environment == ALL and r.best_allocation]
+    out = []
+    for total_s in HEADLINE_TOTALS_S:
+        at = [r for r in best if r.total_s == total_s]
+        agents = [r for r in at if r.agent != HUMAN_AGENT]
+        people = [r for r in at if r.agent == HUMAN_AGENT]
+        line = HeadlineRow(total_s=total_s, human_data="yes")
+        top = max(agents, key=lambda r: (r.envs, r.point), default=None)
+        human = max(people, key=lambda r: (r.envs, r.point), default=None)
+        if top is not None:
+            line.agent, line.agent_source = top.agent, top.source
+            line.allocation, line.agent_score, line.agent_envs = _label(top), top.point, top.envs
+        if human is None:
+            line.human_data = _human_gap(total_s, humans, settings)
+        else:
+            line.human_allocation, line.human_score, line.human_envs = _label(human), human.point, human.envs
+            line.human_data = f"yes ({line.human_allocation}, {human.n} runs)"
+        if top is not None and human is not None:
+            line.same_environments = env_sets.get(_allocation_key(top)) == env_sets.get(_allocation_key(human))
+            if human.point > 0:
+                line.ratio = top.point / human.point
+        out.append(line)
+    return out
+
+
+def _outlier_note(runs: list[RunRecord], settings: ReportSettings) -> str | None:
+    high: dict[str, int] = defaultdict(int)
+    for run in runs:
+        if run.score > PLAUSIBLE_MAX:
+            high[run.agent] += 1
+    if not high or (settings.exclude_above is not None and settings.exclude_above <= PLAUSIBLE_MAX):
+        return None
+    counts = ", ".join(f"{agent} {n}" for agent, n in sorted(high.items()))
+    return (
+        f"{sum(high.values())} runs score above 2 ({counts}) and are counted; the paper never saw normalized "
+        "scores above 2 after zeroing runs it judged to be cheating, which METR's export does not always do. "
+        "The per-agent table shows the headline without them; --exclude-above 2 leaves them out"
+    )
+
+
 def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentInfo | None = None) -> Report:
     """All numbers of one report from the loaded runs; pure apart from reading environment metadata."""
     if settings.estimator not in ESTIMATORS:
         raise RebenchError(f"unknown estimator {settings.estimator!r}; allowed: {', '.join(ESTIMATORS)}")
     builder = _Builder(settings, info or default_info())
+    loaded = _unique(data.runs + data.humans)
+    notes = list(data.notes)
+    if settings.exclude_above is not None:
+        limit = settings.exclude_above
+        left_out = [r for r in loaded if r.score > limit]
+        data = ReportData(
+            runs=[r for r in data.runs if r.score <= limit],
+            humans=[r for r in data.humans if r.score <= limit],
+            notes=data.notes,
+        )
+        counts: dict[str, int] = defaultdict(int)
+        for run in left_out:
+            counts[run.agent] += 1
+        detail = ", ".join(f"{agent} {n}" for agent, n in sorted(counts.items())) or "none"
+        notes.append(f"--exclude-above {limit:g} left out {len(left_out)} runs ({detail})")
     agent_runs = [r for r in data.runs if r.agent != HUMAN_AGENT]
     groups = _groups(agent_runs)
     human_groups = _groups(data.humans)
@@ -337,16 +546,14 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         rows.extend(builder.group(key, runs, totals))
         cap = max(CURVE_MAX_TOTAL_S, *totals)
         curve_totals = sorted({k * key[2] for k in CURVE_KS if k * key[2] <= cap} | {t for t in totals if t < key[2]})
-        curves.extend(r for r in builder.group(key, runs, curve_totals) if r.environment == ALL)
-    _mark_best(rows)
+        curves.extend(builder.group(key, runs, curve_totals))
+    notes += _mark_best(rows)
+    _mark_best(curves)  # comparability needs the per-environment rows; the plot keeps the averages
+    curves = [r for r in curves if r.environment == ALL]
     run_ids = {r.attempt_id for r in data.runs}
-    notes = list(data.notes)
-    high = sum(1 for r in data.runs + data.humans if r.source == "imported" and r.score > 2.0)
-    if high:
-        notes.append(
-            f"{high} imported runs score above 2; the paper never saw normalized scores above 2 and "
-            "zeroed runs it judged to be cheating, which METR's export does not always do"
-        )
+    outliers = _outlier_note(loaded, settings)
+    if outliers:
+        notes.append(outliers)
     own_profiles = sorted({r.profile for r in data.runs if r.source == "own" and r.profile != "paper"})
     if own_profiles and any(r.source == "imported" for r in data.runs + data.humans):
         notes.append(
@@ -362,4 +569,6 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         humans=_human_summary(data.humans),
         data=data,
         notes=notes,
+        agents=_agent_summaries(builder, loaded, rows, settings.compare_at_s),
+        headline=_headline(rows, data.humans, settings),
     )

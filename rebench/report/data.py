@@ -49,6 +49,7 @@ class RunRecord:
     profile: str = ""
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
+    submitted: bool = True  # False: the attempt ended (budget, error, gave up) without submitting
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -187,6 +188,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 profile=attempt.profile,
                 campaign_id=attempt.campaign_id,
                 curve=normalizer.curve(attempt, events.get(attempt.id, [])),
+                submitted=bool(attempt.submitted),
             )
 
         return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])

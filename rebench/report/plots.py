@@ -1,29 +1,65 @@
-"""Report plots with matplotlib's Agg backend, returned as PNG bytes for inlining in HTML."""
+"""Report plots with matplotlib's Agg backend, returned as PNG bytes (inlined in HTML, written as files).
+
+Readability rules: one colour per agent, the same in every plot; the y-axis covers the bulk
+of the values, and a value above it (one outlier run can reach 8) is drawn as a triangle on
+the top edge with its number, so it cannot squash everything else.
+"""
 
 from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rebench.budget import format_duration
-from rebench.report.compute import ALL, Report, ScoreRow
+from rebench.report.compute import ALL, PLAUSIBLE_MAX, Report, ScoreRow
 from rebench.report.data import HUMAN_AGENT
 from rebench.report.known_environments import EnvironmentInfo, default_info
 
 HUMAN_COLOR = "black"
+Color = tuple[float, ...] | str
 
 
-def _palette() -> list[tuple[float, ...]]:
-    """Twenty distinct colours: the paired tab20 shades, dark ones first."""
-    colors = list(plt.get_cmap("tab20").colors)  # type: ignore[attr-defined]
-    return (colors[0::2] + colors[1::2]) * 3
+def _colors(agents: Iterable[str]) -> dict[str, Color]:
+    """One distinct colour per agent (tab10, then tab20's light shades); humans are black."""
+    tab10 = list(plt.get_cmap("tab10").colors)  # type: ignore[attr-defined]
+    light = list(plt.get_cmap("tab20").colors[1::2])  # type: ignore[attr-defined]
+    base = tab10[:7] + tab10[8:] + light[:7] + light[8:]  # no greys: they read as the humans' black
+    others = sorted({a for a in agents if a != HUMAN_AGENT})
+    colors: dict[str, Color] = {agent: base[i % len(base)] for i, agent in enumerate(others)}
+    colors[HUMAN_AGENT] = HUMAN_COLOR
+    return colors
+
+
+def _report_colors(report: Report) -> dict[str, Color]:
+    return _colors(r.agent for r in report.data.runs + report.data.humans)
+
+
+def robust_top(values: Sequence[float]) -> float:
+    """The y-axis top: the largest value unless it lies far above the bulk (above 1.5 x the 90th
+    percentile and above 2, which the paper never saw after review), plus a margin."""
+    if not values:
+        return 1.0
+    array = np.asarray(values, dtype=np.float64)
+    cap = max(PLAUSIBLE_MAX, 1.5 * float(np.percentile(array, 90)))
+    return min(float(array.max()), cap) * 1.1 + 0.02
+
+
+def _mark_off_scale(axes: Axes, xs: Sequence[float], ys: Sequence[float], top: float, color: Color) -> None:
+    """Values above the axis: a triangle on the top edge and the value next to it."""
+    for x, y in zip(xs, ys, strict=True):
+        if y > top:
+            axes.plot([x], [top], marker="^", color=color, markersize=7, clip_on=False, zorder=5)
+            axes.annotate(f"{y:.2f}", (x, top), xytext=(4, -10), textcoords="offset points", fontsize=7, color=color)
 
 
 def _png(figure: Figure) -> bytes:
@@ -33,37 +69,107 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _group_label(agent: str, source: str, budget_s: float, envs: int, max_envs: int) -> str:
-    label = f"{agent} ({format_duration(budget_s)} attempts, {source})"
-    return label if envs >= max_envs else f"{label}, {envs} envs"
-
-
-def score_vs_budget(report: Report) -> bytes | None:
-    """Average normalized score against total time budget (log x), one band per agent and attempt length."""
-    curves: dict[tuple[str, str, float], list[ScoreRow]] = defaultdict(list)
-    for row in report.curves:
-        curves[(row.agent, row.source, row.budget_s)].append(row)
-    if not curves:
-        return None
-    max_envs = max(row.envs for row in report.curves)
-    figure, axes = plt.subplots(figsize=(9, 5.5))
-    colors = iter(_palette())
-    for (agent, source, budget_s), rows in sorted(curves.items()):
-        rows.sort(key=lambda r: r.total_s)
-        color = HUMAN_COLOR if agent == HUMAN_AGENT else next(colors)
-        hours = [r.total_s / 3600 for r in rows]
-        label = _group_label(agent, source, budget_s, min(r.envs for r in rows), max_envs)
-        style = "--" if agent == HUMAN_AGENT else "-"
-        axes.plot(hours, [r.point for r in rows], style, marker="o", markersize=3, color=color, label=label)
-        axes.fill_between(hours, [r.low for r in rows], [r.high for r in rows], color=color, alpha=0.12)
+def _budget_axes(axes: Axes, report: Report, title: str, top: float) -> None:
     axes.set_xscale("log")
     ticks = [0.5, 2, 8, 16, 32, 64]
     axes.set_xticks(ticks, [format_duration(t * 3600) for t in ticks])
     axes.set_xlabel("total time budget per environment (k x per-attempt budget)")
     axes.set_ylabel("average normalized score (0 = start, 1 = reference)")
-    axes.set_title(f"score@k ({report.settings.estimator}), 95% bootstrap intervals")
+    axes.set_ylim(0, top)
+    axes.set_title(title, fontsize=10)
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def best_curves(report: Report) -> dict[tuple[str, str], list[ScoreRow]]:
+    """Per agent and source: its best allocation at each total of the curves, by total."""
+    out: dict[tuple[str, str], list[ScoreRow]] = defaultdict(list)
+    for row in sorted(report.curves, key=lambda r: r.total_s):
+        if row.best_allocation:
+            out[(row.agent, row.source)].append(row)
+    return dict(out)
+
+
+def score_vs_budget(report: Report) -> bytes | None:
+    """One line per agent: the average score of its best allocation at each total budget.
+
+    Points over fewer environments than the most any agent covers are hollow, and the count
+    is written where it changes along the line.
+    """
+    lines = best_curves(report)
+    if not lines:
+        return None
+    colors = _report_colors(report)
+    max_envs = max(row.envs for rows in lines.values() for row in rows)
+    top = robust_top([row.point for rows in lines.values() for row in rows])
+    sources = {source for _, source in lines}
+    figure, axes = plt.subplots(figsize=(9, 5.5))
+    for (agent, source), rows in sorted(lines.items(), key=lambda item: (item[0][0] != HUMAN_AGENT, item[0])):
+        color = colors[agent]
+        hours = [r.total_s / 3600 for r in rows]
+        points = [r.point for r in rows]
+        label = agent if len(sources) == 1 else f"{agent} ({source})"
+        style = "--" if agent == HUMAN_AGENT else "-"
+        axes.plot(hours, points, style, color=color, label=label, linewidth=1.6)
+        axes.fill_between(hours, [r.low for r in rows], [min(r.high, top) for r in rows], color=color, alpha=0.08)
+        full = [(h, p) for h, p, r in zip(hours, points, rows, strict=True) if r.envs >= max_envs]
+        part = [(h, p) for h, p, r in zip(hours, points, rows, strict=True) if r.envs < max_envs]
+        if full:
+            axes.plot(*zip(*full, strict=True), "o", color=color, markersize=4)
+        if part:
+            axes.plot(*zip(*part, strict=True), "o", markerfacecolor="white", color=color, markersize=5)
+        shown = None
+        for h, p, r in zip(hours, points, rows, strict=True):
+            if r.envs != shown and r.envs < max_envs:
+                axes.annotate(
+                    f"{r.envs} envs",
+                    (h, min(p, top)),
+                    xytext=(3, 4),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=color,
+                )
+            shown = r.envs
+        _mark_off_scale(axes, hours, points, top, color)
+    _budget_axes(
+        axes,
+        report,
+        f"Best allocation per agent, score@k ({report.settings.estimator}), 95% bootstrap bands\n"
+        f"hollow points: fewer than {max_envs} environments (count written where it changes)",
+        top,
+    )
+    return _png(figure)
+
+
+def _group_label(agent: str, source: str, budget_s: float, envs: int, max_envs: int) -> str:
+    label = f"{agent} ({format_duration(budget_s)} attempts, {source})"
+    return label if envs >= max_envs else f"{label}, {envs} envs"
+
+
+def score_by_attempt_length(report: Report) -> bytes | None:
+    """Every agent and per-attempt length as its own line (k = 1, 2, 4, ...); line style by length."""
+    curves: dict[tuple[str, str, float], list[ScoreRow]] = defaultdict(list)
+    for row in report.curves:
+        curves[(row.agent, row.source, row.budget_s)].append(row)
+    if not curves:
+        return None
+    colors = _report_colors(report)
+    lengths = sorted({budget for _, _, budget in curves})
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]
+    max_envs = max(row.envs for row in report.curves)
+    top = robust_top([row.point for row in report.curves])
+    figure, axes = plt.subplots(figsize=(9, 5.5))
+    for (agent, source, budget_s), rows in sorted(curves.items()):
+        rows.sort(key=lambda r: r.total_s)
+        color = colors[agent]
+        i = lengths.index(budget_s) % len(styles)
+        hours = [r.total_s / 3600 for r in rows]
+        points = [r.point for r in rows]
+        label = _group_label(agent, source, budget_s, min(r.envs for r in rows), max_envs)
+        axes.plot(hours, points, styles[i], marker=markers[i], markersize=3, color=color, label=label)
+        _mark_off_scale(axes, hours, points, top, color)
+    _budget_axes(axes, report, f"score@k by agent and per-attempt length ({report.settings.estimator})", top)
     return _png(figure)
 
 
@@ -87,27 +193,54 @@ def best_allocation_rows(report: Report, total_s: float) -> dict[tuple[str, str]
     return dict(out)
 
 
+def error_bars(rows: Sequence[ScoreRow]) -> list[list[float]]:
+    """Distances from each point down to `low` and up to `high`, never negative.
+
+    When every run of an environment has the same score, the bootstrap bounds and the point
+    differ by a rounding step either way; matplotlib rejects a negative length.
+    """
+    return [[max(0.0, r.point - r.low) for r in rows], [max(0.0, r.high - r.point) for r in rows]]
+
+
 def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None = None) -> bytes | None:
     """Per-environment scores at one total budget: each agent's best allocation, and the humans."""
     info = info or default_info()
     groups = best_allocation_rows(report, total_s)
     if not groups:
         return None
+    colors = _report_colors(report)
     envs = sorted({row.environment for rows in groups.values() for row in rows})
+    top = robust_top([row.point for rows in groups.values() for row in rows])
+    sources = {source for _, source in groups}
     figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(envs)), 5))
     width = 0.8 / len(groups)
-    colors = iter(_palette())
-    for g, ((agent, source), rows) in enumerate(sorted(groups.items())):
+    ordered = sorted(groups.items(), key=lambda item: (item[0][0] != HUMAN_AGENT, item[0]))
+    for g, ((agent, source), rows) in enumerate(ordered):
         by_env = {row.environment: row for row in rows}
         xs = [i + g * width - 0.4 + width / 2 for i, env in enumerate(envs) if env in by_env]
         present = [by_env[env] for env in envs if env in by_env]
         points = [r.point for r in present]
-        errors = [[r.point - r.low for r in present], [r.high - r.point for r in present]]
-        color = HUMAN_COLOR if agent == HUMAN_AGENT else next(colors)
-        axes.bar(xs, points, width, yerr=errors, color=color, alpha=0.8, capsize=2, label=f"{agent} ({source})")
+        label = agent if len(sources) == 1 else f"{agent} ({source})"
+        color = colors[agent]
+        axes.bar(
+            xs,
+            points,
+            width,
+            yerr=error_bars(present),
+            color=color,
+            alpha=0.85,
+            capsize=2,
+            label=label,
+            error_kw={"elinewidth": 0.8},
+        )
+        _mark_off_scale(axes, xs, points, top, color)
+    axes.set_ylim(0, top)
     axes.set_xticks(range(len(envs)), [info.title(env) for env in envs], rotation=20, ha="right", fontsize=8)
     axes.set_ylabel("normalized score")
-    axes.set_title(f"Per environment at {format_duration(total_s)} total budget (best allocation on average)")
+    title = f"Per environment at {format_duration(total_s)} total budget (each agent's best allocation)"
+    if not any(agent == HUMAN_AGENT for agent, _ in groups):
+        title += f"\nno human data at {format_duration(total_s)} (human attempts are 8 h; cut needs a score log)"
+    axes.set_title(title)
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(figure)
@@ -122,19 +255,20 @@ def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> byte
         return None
     envs = sorted({r.environment for r in logged})
     figure, axes_list = plt.subplots(len(envs), 1, figsize=(8, 3 * len(envs)), squeeze=False)
-    agents = sorted({r.agent for r in logged})
-    palette = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
-    colors = {agent: palette[i % len(palette)] for i, agent in enumerate(a for a in agents if a != HUMAN_AGENT)}
-    colors[HUMAN_AGENT] = HUMAN_COLOR
+    colors = _report_colors(report)
     for axes, env in zip(axes_list[:, 0], envs, strict=True):
         seen: set[str] = set()
-        for run in (r for r in logged if r.environment == env):
+        runs = [r for r in logged if r.environment == env]
+        top = robust_top([p.normalized for r in runs for p in r.curve or ()])
+        for run in runs:
             assert run.curve is not None
             xs = [0.0] + [p.working_s / 3600 for p in run.curve] + [run.budget_s / 3600]
             ys = [0.0] + [p.normalized for p in run.curve] + [run.curve[-1].normalized]
             label = run.agent if run.agent not in seen else None
             seen.add(run.agent)
             axes.step(xs, ys, where="post", color=colors[run.agent], alpha=0.7, label=label)
+            _mark_off_scale(axes, xs[-1:], ys[-1:], top, colors[run.agent])
+        axes.set_ylim(0, top)
         axes.set_title(info.title(env), fontsize=9)
         axes.set_xlabel("working time (h)")
         axes.set_ylabel("normalized score")

@@ -22,6 +22,22 @@ from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
 
 ROW_FIELDS = list(ScoreRow.model_fields)
+KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
+NUMERIC_COLUMNS = {
+    "n",
+    "min n",
+    "envs",
+    "score",
+    "mean",
+    "best",
+    "human percentile",
+    "runs",
+    "unsubmitted",
+    "no submit",
+    ">2",
+    "above 2",
+}
+Table_ = tuple[str, list[str], list[list[str]]]
 
 
 def _f(value: float) -> str:
@@ -48,10 +64,76 @@ def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:
     return sorted(rows, key=lambda r: (r.agent != "human", r.agent, r.source, r.total_s, r.budget_s))
 
 
-def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[str, list[str], list[list[str]]]]:
+def _best_mark(row: ScoreRow, widest: dict[tuple[str, str, float], int]) -> str:
+    if row.best_allocation:
+        return "*"
+    if not row.comparable:
+        return f"not comparable: {row.envs} of {widest[(row.agent, row.source, row.total_s)]} envs"
+    return ""
+
+
+def _headline_table(report: Report) -> Table_:
+    rows = []
+    for line in report.headline:
+        ratio = "-"
+        if line.ratio is not None:
+            ratio = f"{line.ratio:.2f}" + ("" if line.same_environments else " (different envs)")
+        rows.append(
+            [
+                format_duration(line.total_s),
+                line.agent or "-",
+                line.allocation or "-",
+                _f(line.agent_score) if line.agent_score is not None else "-",
+                str(line.agent_envs) if line.agent else "-",
+                _f(line.human_score) if line.human_score is not None else "-",
+                ratio,
+                line.human_data,
+            ]
+        )
+    return (
+        "best agent vs human experts by total time budget per environment (average over environments; "
+        "human = their score, ratio = agent / human)",
+        ["total", "best agent", "alloc", "score", "envs", "human", "ratio", "human data"],
+        rows,
+    )
+
+
+def _agents_table(report: Report) -> Table_:
+    at = format_duration(report.settings.compare_at_s)
+    rows = [
+        [
+            a.agent,
+            a.source,
+            str(a.attempts),
+            str(a.not_submitted),
+            str(a.above_2),
+            f"{_f(a.score)} ({a.allocation})" if a.score is not None else "-",
+            (
+                f"{_f(a.score_without_above_2)} ({a.allocation_without_above_2})"
+                if a.score_without_above_2 is not None
+                else "-"
+                if a.above_2
+                else "same"
+            ),
+        ]
+        for a in sorted(report.agents, key=lambda a: (a.agent != "human", a.agent, a.source))
+    ]
+    return (
+        f"runs per agent: ended without submitting (no submit), scoring above 2 (>2), and the best score at "
+        f"{at} with and without those above 2",
+        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2"],
+        rows,
+    )
+
+
+def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]:
     """Every table of the report as (title, header, rows) so all formats show the same numbers."""
-    tables = []
+    tables = [_headline_table(report), _agents_table(report)]
     overall = [r for r in report.rows if r.environment == ALL]
+    widest: dict[tuple[str, str, float], int] = {}
+    for r in overall:
+        key = (r.agent, r.source, r.total_s)
+        widest[key] = max(widest.get(key, 0), r.envs)
     tables.append(
         (
             "score@k averaged over environments, by total budget (* = best allocation at that total)",
@@ -76,7 +158,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
                     str(r.min_n),
                     _f(r.point),
                     f"{_f(r.low)}-{_f(r.high)}",
-                    "*" if r.best_allocation else "",
+                    _best_mark(r, widest),
                 ]
                 for r in _sorted_rows(overall)
             ],
@@ -89,17 +171,17 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
         )
         tables.append(
             (
-                "score@k per environment",
+                "score@k per environment (* = best allocation at that total)",
                 [
                     "environment",
                     "agent",
                     "source",
                     "total",
-                    "allocation",
+                    "alloc",
                     "n",
                     "score",
                     "95% interval",
-                    "best",
+                    "*",
                 ],
                 [
                     [
@@ -139,7 +221,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
     tables.append(
         (
             "attempts per environment, agent and per-attempt budget (normalized scores)",
-            ["environment", "agent", "source", "budget", "n", "mean", "best", "anchors"],
+            ["environment", "agent", "source", "budget", "n", "unsubmitted", "mean", "best", "anchors"],
             [
                 [
                     a.environment,
@@ -147,6 +229,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
                     a.source,
                     format_duration(a.budget_s),
                     str(a.n),
+                    str(a.not_submitted),
                     _f(a.mean),
                     _f(a.best),
                     a.anchors,
@@ -159,7 +242,7 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[tuple[s
     return tables
 
 
-def _humans_table(report: Report, info: EnvironmentInfo) -> tuple[str, list[str], list[list[str]]]:
+def _humans_table(report: Report, info: EnvironmentInfo) -> Table_:
     ours = report.humans
     paper_env = {row.environment: row for row in PAPER_ENVIRONMENTS}
     rows = [
@@ -198,6 +281,56 @@ def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[lis
     return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
 
 
+# Descriptive text columns wrap at spaces; every other column (environment, agent, the numbers) is
+# shown whole. Columns are left out in DROPPABLE's order until the table fits the terminal.
+WRAPPING = {"human data", "best alloc", "", "anchors", "without >2"} | {f"best at {d}" for d in ("30m", "2h", "8h")}
+WRAP_MIN = 10
+DROPPABLE = ("anchors", "95% interval", "min n", "source", "envs", "total", "n", "mean")
+
+
+def _wraps(column: str) -> bool:
+    return column in WRAPPING or column.startswith("best at ")
+
+
+def _column_width(column: str, values: list[str]) -> int:
+    if _wraps(column):
+        words = [word for text in [column, *values] for word in text.split()]
+        return max([WRAP_MIN, *(len(word) for word in words)])
+    return max([len(column), *(len(value) for value in values)])
+
+
+def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> tuple[Table, int]:
+    """The table and the narrowest width it can take without cutting a cell."""
+    table = Table(title=title, title_justify="left")
+    width = 1
+    for i, column in enumerate(header):
+        least = _column_width(column, [row[i] for row in rows])
+        width += least + 3
+        table.add_column(
+            column,
+            justify="right" if column in NUMERIC_COLUMNS else "left",
+            no_wrap=not _wraps(column),
+            min_width=least,
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table, width
+
+
+def _fitting_table(title: str, header: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+    """The table, leaving out descriptive columns until it fits `width` (key columns stay, whole)."""
+    dropped: list[str] = []
+    while True:
+        table, least = _rich_table(title, header, rows)
+        column = next((c for c in DROPPABLE if c in header), None)
+        if least <= width or column is None:
+            return table, dropped
+        i = header.index(column)
+        header = header[:i] + header[i + 1 :]
+        rows = [row[:i] + row[i + 1 :] for row in rows]
+        dropped.append(column)
+
+
 def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
     info = info or default_info()
     if not console.is_terminal and console.width < PIPED_WIDTH:
@@ -208,13 +341,12 @@ def print_terminal(report: Report, console: Console, by_env: bool = False, info:
         console.print(f"all attempts below are {sources[0]}")
     for title, full_header, full_rows in _tables(report, by_env, info):
         header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
-        table = Table(title=title, title_justify="left")
-        for column in header:
-            numeric = column in {"n", "min n", "envs", "score", "mean", "best", "human percentile"}
-            table.add_column(column, justify="right" if numeric else "left", no_wrap=column == "95% interval")
-        for row in rows:
-            table.add_row(*row)
+        table, dropped = _fitting_table(title, header, rows, console.width)
         console.print(table)
+        if dropped:
+            console.print(
+                f"(columns left out to fit {console.width} columns: {', '.join(dropped)}; see --json or --out)"
+            )
     for note in report.notes:
         console.print(f"note: {note}")
 
@@ -224,12 +356,41 @@ def report_json(report: Report) -> list[dict[str, Any]]:
     return [row.model_dump() for row in report.rows]
 
 
-def _markdown(report: Report, info: EnvironmentInfo) -> str:
+def _figures(report: Report, info: EnvironmentInfo) -> list[tuple[str, str, bytes | None]]:
+    """(title, file name, PNG or None when there is nothing to plot) for every plot of the report."""
+    from rebench.report import plots
+
+    at = report.settings.compare_at_s
+    return [
+        ("Best allocation per agent vs total time budget", "score_vs_budget.png", plots.score_vs_budget(report)),
+        (
+            "Score@k by agent and per-attempt length",
+            "score_by_attempt_length.png",
+            plots.score_by_attempt_length(report),
+        ),
+        (
+            f"Per environment at {format_duration(at)} total budget",
+            f"per_environment_{format_duration(at)}.png",
+            plots.per_environment(report, at, info),
+        ),
+        ("Score over time (attempts with score logs)", "score_over_time.png", plots.score_over_time(report, info)),
+    ]
+
+
+def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
     lines = ["# rebench report", "", settings_line(report), ""]
-    for title, header, rows in _tables(report, True, info):
-        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
-        lines.append("")
+    tables = _tables(report, True, info)
+    lines += _markdown_table(*tables[0])
+    for title, name, png in figures:
+        lines += [f"## {title}", "", f"![{title}]({name})" if png is not None else "No data for this plot.", ""]
+    for table in tables[1:]:
+        lines += _markdown_table(*table)
     lines += [f"- note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 
@@ -253,55 +414,56 @@ img { max-width: 100%; }
 """
 
 
-def _html(report: Report, info: EnvironmentInfo) -> str:
-    from rebench.report import plots
+def _html_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    parts = [f"<h2>{html.escape(title)}</h2><table><tr>"]
+    parts += [f"<th>{html.escape(h)}</th>" for h in header]
+    parts.append("</tr>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
+    parts.append("</table>")
+    return parts
 
+
+def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>rebench report</h1>",
         f"<p>{html.escape(settings_line(report))}</p>",
     ]
-    at = report.settings.compare_at_s
-    figures = [
-        ("Average normalized score vs total time budget", plots.score_vs_budget(report)),
-        (f"Per environment at {format_duration(at)} total budget", plots.per_environment(report, at, info)),
-        ("Score over time (attempts with score logs)", plots.score_over_time(report, info)),
-    ]
-    for title, png in figures:
+    tables = _tables(report, True, info)
+    parts += _html_table(*tables[0])  # the headline comes first
+    for title, _, png in figures:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         if png is None:
             parts.append("<p class='note'>No data for this plot.</p>")
         else:
             data = base64.b64encode(png).decode("ascii")
             parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
-    for title, header, rows in _tables(report, True, info):
-        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>")
-        parts += [f"<th>{html.escape(h)}</th>" for h in header]
-        parts.append("</tr>")
-        for row in rows:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
-        parts.append("</table>")
+    for table in tables[1:]:
+        parts += _html_table(*table)
     parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in report.notes]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None) -> list[Path]:
-    """report.md, score_at_k.csv and report.html in `out_dir`; returns the paths written."""
+    """report.md, score_at_k.csv, report.html and the plots as PNG files in `out_dir`; returns the paths."""
     info = info or default_info()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RebenchError(f"cannot create the output folder {str(out_dir)!r}: {exc}") from None
-    files = {
-        out_dir / "report.md": _markdown(report, info),
-        out_dir / "score_at_k.csv": _csv(report),
-        out_dir / "report.html": _html(report, info),
+    figures = _figures(report, info)
+    files: dict[Path, bytes] = {
+        out_dir / "report.md": _markdown(report, info, figures).encode("utf-8"),
+        out_dir / "score_at_k.csv": _csv(report).encode("utf-8"),
+        out_dir / "report.html": _html(report, info, figures).encode("utf-8"),
     }
-    for path, text in files.items():
+    files.update({out_dir / name: png for _, name, png in figures if png is not None})
+    for path, content in files.items():
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(content)
         tmp.replace(path)
     return list(files)
 

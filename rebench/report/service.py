@@ -20,17 +20,25 @@ def settings_from_options(
     seed: int = 0,
     budgets: str | Sequence[str] | None = None,
     at: str = "8h",
+    exclude_above: float | None = None,
 ) -> ReportSettings:
     """Validate user-typed options; each bad value is a one-line RebenchError."""
     if estimator not in ESTIMATORS:
         raise RebenchError(f"unknown estimator {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
     if n_bootstrap < 1:
         raise RebenchError(f"invalid --n-bootstrap {n_bootstrap}: must be 1 or more")
+    if exclude_above is not None and not exclude_above >= 0:  # also rejects nan
+        raise RebenchError(f"invalid --exclude-above {exclude_above}: must be a normalized score, 0 or more")
     compare_at = float(parse_duration(at))
     totals = tuple(sorted(set(parse_total_budgets(budgets)) | {compare_at}))
     chosen: EstimatorName = "sampled_max" if estimator == "sampled_max" else "expected_max"
     return ReportSettings(
-        estimator=chosen, n_bootstrap=n_bootstrap, seed=seed, total_budgets_s=totals, compare_at_s=compare_at
+        estimator=chosen,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+        total_budgets_s=totals,
+        compare_at_s=compare_at,
+        exclude_above=exclude_above,
     )
 
 
