@@ -49,6 +49,9 @@ class AttemptOutcome(BaseModel):
     final_normalized: float | None = None
     working_s: float = 0.0
     submitted: bool = False
+    stop_campaign: str | None = None
+    """Set when this failure would fail every attempt alike (the provider rejected the key):
+    the one-line reason the campaign stops before starting more attempts."""
 
 
 class InfrastructureFailure(Exception):
@@ -201,6 +204,8 @@ class AttemptRunner:
             outcome.error_source = blamed if blamed in ERROR_SOURCES else "agent"
             outcome.error_message = f"{type(exc).__name__}: {exc}"
             ctx.recorder.event("agent_error", error=outcome.error_message, error_source=outcome.error_source)
+            if getattr(exc, "stops_campaign", False):
+                outcome.stop_campaign = str(exc)
         else:
             outcome.status = "done"
 

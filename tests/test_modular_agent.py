@@ -44,9 +44,9 @@ def test_tools_run_in_order_and_results_reach_the_model(
     model_server.add(
         {
             "text": "Writing a file.",
-            "tool_calls": [call("bash", command="echo fast > solution/note.txt; echo wrote")],
+            "tool_calls": [call("bash", command="echo fast > note.txt; echo wrote")],
         },
-        {"tool_calls": [call("python", code="print(open('solution/note.txt').read().upper())")]},
+        {"tool_calls": [call("python", code="print(open('note.txt').read().upper())")]},
         {"tool_calls": [call("score"), call("score_log")]},
         {"text": "Done.", "tool_calls": [call("submit", answer="fast")]},
     )

@@ -16,16 +16,26 @@ from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreE
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True)
 
 LIST_COLUMNS = ("id", "campaign", "environment", "profile", "agent", "model", "budget", "status",
-                "error_source", "final_raw", "normalized", "working_s")
+                "submitted", "error_source", "final_raw", "normalized", "working_s")
+KEY_COLUMNS = ("id", "environment", "agent")
+"""Never truncated or wrapped: a user copies these into the next command."""
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
     return {
         "id": a.id, "campaign": a.campaign_id, "environment": a.environment, "profile": a.profile,
         "agent": a.agent, "model": a.model, "budget": format_duration(a.budget_s), "status": a.status,
-        "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
+        "submitted": a.submitted, "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
         "working_s": round(a.working_s, 2),
     }
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return fmt(value)
+    return "-" if value is None else str(value)
 
 
 @app.command("list")
@@ -51,11 +61,15 @@ def list_command(
         print_json(rows)
         return
     table = Table(title="Attempts")
-    for column in LIST_COLUMNS:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*[fmt(v) if isinstance(v, float) else ("-" if v is None else str(v))
-                        for v in (row[c] for c in LIST_COLUMNS)])
+    cells = [[_cell(row[c]) for c in LIST_COLUMNS] for row in rows]
+    for index, column in enumerate(LIST_COLUMNS):
+        if column in KEY_COLUMNS:
+            widest = max([len(column), *(len(line[index]) for line in cells)])
+            table.add_column(column, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(column)
+    for line in cells:
+        table.add_row(*line)
     console.print(table)
 
 
