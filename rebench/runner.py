@@ -185,6 +185,9 @@ class AttemptRunner:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, CANCEL_GRACE_S)
+        ended_itself = reason is None and not task.cancelled() and task.exception() is None
+        if ended_itself and not ctx.submitted.is_set() and ctx.clock.working_seconds() >= ctx.budget_s:
+            reason = "time"  # the agent stopped because its time was up, just before the watchdog did
         if reason == "time":
             ctx.recorder.event("limit", which="time", detail=f"working time reached {ctx.budget_s:.0f} s")
             outcome.status, outcome.limit_reason = "limit", "time"

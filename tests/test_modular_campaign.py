@@ -12,7 +12,10 @@ that ends without submitting (visible in `attempts list`).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +135,17 @@ def test_text_replies_are_nudged_and_an_unsubmitted_end_is_listed(
     main(["attempts", "list", "--db", str(db), "--json"])
     listed = {a["id"]: a["submitted"] for a in json.loads(capsys.readouterr().out)}
     assert listed == {submitted["id"]: True, unsubmitted["id"]: False}
+    narrow = subprocess.run(
+        [sys.executable, "-m", "rebench.cli.app", "attempts", "list", "--db", str(db)],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, check=True,
+    ).stdout  # a pipe at 80 columns: key columns whole, others dropped (and named), never cut
+    lines = narrow.splitlines()
+    assert "…" not in narrow and max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if "environment" in line)
+    assert all(name in header.split() for name in ("id", "environment", "agent", "status", "submitted"))
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "counter" in line]
+    named = [dict(zip(header.replace("┃", " ").split(), row, strict=True)) for row in cells]
+    assert [(r["id"], r["environment"], r["agent"], r["submitted"]) for r in named] == [
+        (str(unsubmitted["id"]), "counter", "modular", "no"), (str(submitted["id"]), "counter", "modular", "yes")
+    ]
+    assert "not shown at this width" in narrow

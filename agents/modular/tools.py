@@ -43,7 +43,10 @@ def tool_specs(settings: ModularSettings) -> list[ToolSpec]:
         ),
         ToolSpec(
             name="python",
-            description="Run a Python program in a fresh process and return its output.",
+            description=(
+                "Run a Python program in a fresh process and return its output. Same rules as bash: "
+                "on timeout it is killed and you get what it printed until then."
+            ),
             parameters={
                 "type": "object",
                 "properties": {"code": {"type": "string"}, "timeout_s": timeout},

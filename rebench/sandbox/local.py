@@ -154,6 +154,9 @@ class _RunningCommand:
         writes to them gets SIGPIPE, as it would after a terminal closed)."""
         self.loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
+        if not self.exited.is_set():  # cancelled: the tree was just SIGKILLed, collect the child
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
         for fd in self._fds:
             self.loop.remove_reader(fd)
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
