@@ -122,6 +122,7 @@ def test_errors_are_classified_and_keys_redacted(
     variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
     assert f"rejected the API key in ${variable} (HTTP 401" in str(unauthorized)
     assert not unavailable.stops_campaign and not overflow.stops_campaign
+    assert overflow.error_source == "agent"  # keeping the conversation inside the window is the agent's job
     assert unavailable.error_source == "infrastructure" and limited.error_source == "infrastructure"
 
 

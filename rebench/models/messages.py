@@ -77,8 +77,12 @@ class ProviderError(Exception):
     @property
     def error_source(self) -> str:
         """Who is to blame when this ends an attempt: a rejected key or permission is the
-        user's setup; anything else the provider did is infrastructure, not the agent."""
-        return "user" if self.status in (401, 403) else "infrastructure"
+        user's setup; a conversation too long for the model is the agent's (it is the
+        agent's job to keep it inside the window); anything else the provider did is
+        infrastructure, not the agent."""
+        if self.status in (401, 403):
+            return "user"
+        return "agent" if self.context_overflow else "infrastructure"
 
     @property
     def stops_campaign(self) -> bool:
@@ -93,10 +97,6 @@ class ContextWindowExceeded(ProviderError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False, context_overflow=True)
-
-    @property
-    def error_source(self) -> str:
-        return "agent"
 
 
 class ModelClient(Protocol):
