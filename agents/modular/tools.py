@@ -32,7 +32,8 @@ def tool_specs(settings: ModularSettings) -> list[ToolSpec]:
             description=(
                 "Run a bash command and return its exit code, stdout and stderr. The call returns when "
                 "the command's shell exits. Background processes (`cmd &`) keep running after it, but "
-                "what they print afterwards is not returned: redirect it to a file. On timeout the "
+                "what they print afterwards is not returned (and writing to the closed output can kill "
+                "them): redirect their output to a file. On timeout the "
                 "command and everything it started are killed, and you get what it printed until then."
             ),
             parameters={

@@ -48,8 +48,9 @@ LOCAL_WARNING = (
 )
 
 
-def _processes_with_marker(marker: str, *, raw: bool = False) -> list[int]:
-    needle = (marker if raw else f"{MARKER_VAR}={marker}").encode()
+def _processes_with(variable: str) -> list[int]:
+    """Processes whose environment holds `variable` (NAME=value)."""
+    needle = variable.encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -60,6 +61,21 @@ def _processes_with_marker(marker: str, *, raw: bool = False) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _kill_marked(variable: str) -> int:
+    """SIGKILL every process (but this one) whose environment holds `variable`; returns how many."""
+    killed = 0
+    for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
+        pids = [p for p in _processes_with(variable) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(pids)
+        time.sleep(0.05)
+    return killed
 
 
 class _Capture:
@@ -282,15 +298,7 @@ class LocalSandbox:
         """Kill one command's tree: its process group and every process carrying its marker
         (which finds children that called setsid())."""
         self._kill_group(pgid)
-        needle = f"{COMMAND_MARKER_VAR}={command_marker}"
-        for _ in range(5):
-            pids = [p for p in _processes_with_marker(needle, raw=True) if p != os.getpid()]
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
+        _kill_marked(f"{COMMAND_MARKER_VAR}={command_marker}")
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
@@ -299,17 +307,7 @@ class LocalSandbox:
 
     def kill_all(self) -> int:
         """Kill every process carrying this sandbox's marker; returns how many were found."""
-        killed = 0
-        for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
-            pids = [p for p in _processes_with_marker(self.marker) if p != os.getpid()]
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed += len(pids)
-            time.sleep(0.05)
-        return killed
+        return _kill_marked(f"{MARKER_VAR}={self.marker}")
 
     def _host_path(self, path: str) -> Path:
         return Path(path) if os.path.isabs(path) else Path(self.paths.solution) / path
