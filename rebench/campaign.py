@@ -3,7 +3,9 @@
 Planning writes every attempt row in one transaction (all or nothing). Running
 leases CPU slots and GPU ids, runs attempts with the AttemptRunner, retries an
 attempt once when the infrastructure failed under it, and on interrupt marks
-what did not finish as `interrupted`.
+what did not finish as `interrupted`. A failure that would fail every attempt alike
+(the provider rejected the API key) stops the campaign: no further attempt starts
+its sandbox, and the run ends with a one-line error.
 """
 
 from __future__ import annotations
@@ -135,16 +137,21 @@ class CampaignRunner:
         slots = asyncio.Semaphore(spec.parallel)
         gpus = GpuPool(spec.gpus)
         outcomes: list[AttemptOutcome] = []
+        stopped: list[str] = []
 
         async def one(attempt_id: int, env_name: str) -> None:
             env = self.registry.get(env_name)
             async with slots:
+                if stopped:
+                    return
                 needed = env.profile(spec.profile).resources.gpus
                 lease = await gpus.acquire(needed) if needed else []
                 try:
                     outcome = await self._run_with_retry(attempt_id, env, spec, lease)
                 finally:
                     await gpus.release(lease)
+            if outcome.stop_campaign and not stopped:
+                stopped.append(outcome.stop_campaign)
             outcomes.append(outcome)
             self.on_outcome(outcome)
 
@@ -153,6 +160,9 @@ class CampaignRunner:
         except BaseException:
             self._mark_unfinished(campaign_id)
             raise
+        if stopped:
+            self._mark_unfinished(campaign_id, f"not run: the campaign stopped ({stopped[0]})")
+            raise RebenchError(f"campaign {campaign_id} stopped: {stopped[0]}")
         self._set_campaign_status(campaign_id, "done")
         return outcomes
 
@@ -184,12 +194,13 @@ class CampaignRunner:
             session.flush()
             return retry.id
 
-    def _mark_unfinished(self, campaign_id: int) -> None:
+    def _mark_unfinished(self, campaign_id: int,
+                         reason: str = "the campaign was interrupted before it ran") -> None:
         with self.store.session() as session:
             for attempt in session.scalars(select(Attempt).where(
                     Attempt.campaign_id == campaign_id, Attempt.status.in_(("queued", "running")))):
                 attempt.status, attempt.error_source = "interrupted", "user"
-                attempt.error_message = attempt.error_message or "the campaign was interrupted before it ran"
+                attempt.error_message = attempt.error_message or reason
             campaign = session.get_one(Campaign, campaign_id)
             campaign.status = "interrupted"
 

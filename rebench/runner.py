@@ -49,6 +49,9 @@ class AttemptOutcome(BaseModel):
     final_normalized: float | None = None
     working_s: float = 0.0
     submitted: bool = False
+    stop_campaign: str | None = None
+    """Set when this failure would fail every attempt alike (the provider rejected the key):
+    the one-line reason the campaign stops before starting more attempts."""
 
 
 class InfrastructureFailure(Exception):
@@ -182,6 +185,9 @@ class AttemptRunner:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, CANCEL_GRACE_S)
+        ended_itself = reason is None and not task.cancelled() and task.exception() is None
+        if ended_itself and not ctx.submitted.is_set() and ctx.clock.working_seconds() >= ctx.budget_s:
+            reason = "time"  # the agent stopped because its time was up, just before the watchdog did
         if reason == "time":
             ctx.recorder.event("limit", which="time", detail=f"working time reached {ctx.budget_s:.0f} s")
             outcome.status, outcome.limit_reason = "limit", "time"
@@ -201,6 +207,8 @@ class AttemptRunner:
             outcome.error_source = blamed if blamed in ERROR_SOURCES else "agent"
             outcome.error_message = f"{type(exc).__name__}: {exc}"
             ctx.recorder.event("agent_error", error=outcome.error_message, error_source=outcome.error_source)
+            if getattr(exc, "stops_campaign", False):
+                outcome.stop_campaign = str(exc)
         else:
             outcome.status = "done"
 

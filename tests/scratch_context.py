@@ -1,8 +1,9 @@
 """A small AgentContext for unit tests of the modular agent and the model caller.
 
 A test double for the runner's AttemptContext (rebench/context.py), used only
-where a whole attempt is not the point: commands really run (bash in a
-temporary folder), the clock is the real AttemptClock, limits behave like the
+where a whole attempt is not the point: commands really run (through a real
+local sandbox in a temporary folder, starting in its solution folder as the
+runner's do), the clock is the real AttemptClock, limits behave like the
 runner's, and everything is recorded in lists the tests inspect. Scoring is a
 function the test supplies. Whole attempts are tested through the runner in
 test_modular_runner.py.
@@ -11,7 +12,7 @@ test_modular_runner.py.
 from __future__ import annotations
 
 import asyncio
-import time
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
 from rebench.clock import AttemptClock, PauseInterval
-from rebench.sandbox.base import ExecResult, SandboxPaths
+from rebench.sandbox.base import ExecResult, SandboxSpec
+from rebench.sandbox.local import LocalSandbox
 
 
 class ScratchContext:
@@ -32,11 +34,12 @@ class ScratchContext:
         instructions: str = "Make the tests pass.",
         scorer: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        home = root / "home"
-        (home / "solution").mkdir(parents=True, exist_ok=True)
-        self.paths = SandboxPaths(
-            home=str(home), solution=str(home / "solution"), protected=str(root / "protected")
+        self.sandbox = LocalSandbox(
+            SandboxSpec(attempt_id=0, environment="scratch", profile="tiny"), root, sys.executable
         )
+        self.paths = self.sandbox.paths
+        for folder in (self.paths.home, self.paths.solution, self.paths.protected):
+            Path(folder).mkdir(parents=True, exist_ok=True)
         self.instructions = instructions
         self.environment = EnvironmentInfo(
             name="scratch",
@@ -65,30 +68,15 @@ class ScratchContext:
         return max(0.0, self.budget_s - self.elapsed_s())
 
     async def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
-        return await self._run(["bash", "-c", command], None, timeout, "bash", command=command)
+        return await self._run(command, None, timeout, "bash", command=command)
 
     async def python(self, code: str, *, timeout: float | None = None) -> ExecResult:
-        return await self._run(["python3", "-"], code.encode(), timeout, "python", code=code)
+        return await self._run("python -", code.encode(), timeout, "python", code=code)
 
     async def _run(
-        self, argv: list[str], stdin: bytes | None, timeout: float | None, kind: str, **shown: Any
+        self, line: str, stdin: bytes | None, timeout: float | None, kind: str, **shown: Any
     ) -> ExecResult:
-        started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=self.paths.home,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-            result = ExecResult(exit_code=proc.returncode, stdout=out.decode(), stderr=err.decode())
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            result = ExecResult(exit_code=None, timed_out=True)
-        result.duration_s = time.monotonic() - started
+        result = await self.sandbox.exec(line, timeout=timeout, stdin=stdin)
         self.events.append((kind, {**shown, "timeout": timeout, "exit_code": result.exit_code}))
         return result
 

@@ -12,6 +12,7 @@ import pytest
 from rebench.sandbox.base import TRUNCATION_MARKER
 
 from .docker_support import base_image, docker_engine, run, started_sandbox, with_sandbox
+from .exec_rules import assert_exec_rules, exec_rule_results
 
 pytestmark = pytest.mark.docker
 
@@ -82,6 +83,11 @@ def test_timeout_kills_the_whole_tree_even_after_setsid(image: str) -> None:
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 20
     assert survivors.stdout.strip() == ""
+
+
+def test_timeouts_keep_output_and_background_children_do_not_block(image: str) -> None:
+    """The same rules as the local backend (tests/exec_rules.py)."""
+    assert_exec_rules(with_sandbox(image, exec_rule_results))
 
 
 def test_background_processes_outlive_their_command_but_not_a_cancellation(image: str) -> None:

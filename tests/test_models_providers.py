@@ -118,7 +118,11 @@ def test_errors_are_classified_and_keys_redacted(
     assert not overflow.retryable and overflow.context_overflow
     assert unavailable.retryable and unavailable.retry_after_s is None
     # who is blamed when such an error ends an attempt: a bad key is the user's, an outage is not the agent's
-    assert unauthorized.error_source == "user"
+    assert unauthorized.error_source == "user" and unauthorized.stops_campaign
+    variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
+    assert f"rejected the API key in ${variable} (HTTP 401" in str(unauthorized)
+    assert not unavailable.stops_campaign and not overflow.stops_campaign
+    assert overflow.error_source == "agent"  # keeping the conversation inside the window is the agent's job
     assert unavailable.error_source == "infrastructure" and limited.error_source == "infrastructure"
 
 

@@ -44,9 +44,9 @@ def test_tools_run_in_order_and_results_reach_the_model(
     model_server.add(
         {
             "text": "Writing a file.",
-            "tool_calls": [call("bash", command="echo fast > solution/note.txt; echo wrote")],
+            "tool_calls": [call("bash", command="echo fast > note.txt; echo wrote")],
         },
-        {"tool_calls": [call("python", code="print(open('solution/note.txt').read().upper())")]},
+        {"tool_calls": [call("python", code="print(open('note.txt').read().upper())")]},
         {"tool_calls": [call("score"), call("score_log")]},
         {"text": "Done.", "tool_calls": [call("submit", answer="fast")]},
     )
@@ -74,10 +74,46 @@ def test_long_output_is_cut_and_saved_whole(
     ctx = run_agent("openai-compatible", model_server, tmp_path, output_limit_chars="1000")
     shown = next(d["output"] for k, d in ctx.events if k == "tool_result")
     saved = Path(ctx.paths.home) / "tool_outputs" / "output_1.txt"
-    assert "MIDDLE" not in shown and f"full output is saved in {saved}" in shown
-    assert shown.startswith("exit code: 0") and shown.rstrip().endswith("Z" * 100)
-    assert "MIDDLE" in saved.read_text() and len(saved.read_text()) > 6000
+    whole = saved.read_text()
+    assert "MIDDLE" not in shown and shown.startswith("exit code: 0") and shown.rstrip().endswith("Z" * 100)
+    assert f"the first and last 500 are shown; this tool result ({len(whole)} characters, as captured) " \
+        f"is saved in {saved}" in shown
+    assert "MIDDLE" in whole and len(whole) > 6000
     assert str(saved) in model_server.requests[-1].text
+
+
+def test_a_command_past_the_capture_limit_says_what_was_kept(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
+) -> None:
+    """The sandbox keeps only the first and last 500 kB of a stream: the tool result says so
+    (it used to claim the full output was saved)."""
+    model_server.add(
+        {"tool_calls": [call("python", code="print('H' * 600_000 + 'LOST' + 'T' * 600_000)")]},
+        {"tool_calls": [call("submit")]},
+    )
+    ctx = run_agent("openai-compatible", model_server, tmp_path)
+    shown = next(d["output"] for k, d in ctx.events if k == "tool_result")
+    assert "only the first and last 500000 bytes of that stream were kept" in shown
+    assert "full output" not in shown
+    whole = (Path(ctx.paths.home) / "tool_outputs" / "output_1.txt").read_text()
+    assert "LOST" not in whole and "bytes dropped" in whole
+
+
+def test_a_timed_out_command_returns_what_it_printed(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
+) -> None:
+    model_server.add(
+        {"tool_calls": [call("bash", command="echo before; echo warn >&2; sleep 30; echo later", timeout_s=1)]},
+        {"tool_calls": [call("bash", command="sleep 100000 & echo started", timeout_s=20)]},
+        {"tool_calls": [call("submit")]},
+    )
+    ctx = run_agent("openai-compatible", model_server, tmp_path)
+    timed_out, background = [d["output"] for k, d in ctx.events if k == "tool_result"][:2]
+    assert timed_out.startswith("timed out after 1 s") and "stdout:\nbefore\n" in timed_out
+    assert "stderr:\nwarn\n" in timed_out and "later" not in timed_out
+    assert background == "exit code: 0\nstdout:\nstarted\n"
+    assert ctx.clock.working_seconds() < 10
+    ctx.sandbox.kill_all()
 
 
 def test_command_timeouts_default_cap_and_kill(
@@ -115,15 +151,30 @@ def test_bad_calls_are_reported_back_not_fatal(
     assert outputs[3] == "submitted"
 
 
-def test_gives_up_after_replies_without_tool_calls(
+def test_keeps_nudging_after_replies_without_tool_calls(
     model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
 ) -> None:
-    model_server.add({"text": "thinking"}, {"text": "still thinking", "truncated": True})
+    """METR's modular agent never gives up on its own: it nudges until the model acts."""
+    model_server.add(
+        {"text": "thinking"},
+        {"text": "still thinking", "truncated": True},
+        *[{"text": f"more thinking {n}"} for n in range(4)],
+        {"tool_calls": [call("submit")]},
+    )
     ctx = run_agent("anthropic", model_server, tmp_path)
-    assert ctx.kinds()[-1] == "agent_gave_up" and ctx.submitted is False
-    assert len(model_server.requests) == 3
+    assert ctx.submitted is None and "agent_gave_up" not in ctx.kinds()
+    assert len(model_server.requests) == 7
     assert NO_TOOL_CALL in model_server.requests[1].text
     assert "cut off at the output limit (8192 tokens)" in model_server.requests[2].text
+
+
+def test_stops_asking_when_the_budget_is_spent(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
+) -> None:
+    model_server.add(*[{"text": "hmm", "delay_s": 0.4}] * 20)
+    ctx = run_agent("openai-compatible", model_server, tmp_path, budget_s=1)
+    assert ctx.kinds()[-1] == "budget_spent" and ctx.submitted is False
+    assert 2 <= len(model_server.requests) <= 5
 
 
 def test_old_tool_outputs_give_way_in_a_small_context(
@@ -161,6 +212,26 @@ def test_recovers_when_the_server_says_the_prompt_is_too_long(
     errors = [d for k, d in ctx.events if k == "model-error"]
     assert errors and all(e["context_overflow"] for e in errors)
     assert TRIMMED_NOTICE in model_server.requests[-1].text
+
+
+def test_a_reduced_context_target_is_kept_for_later_turns(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path
+) -> None:
+    """After the provider reports one overflow, later turns trim to the reduced target
+    first: exactly one request fails, however many turns follow."""
+    model_server.max_prompt_chars = 12_000
+    model_server.add(
+        *[{"tool_calls": [call("python", code=f"print('{n}' * 3000)")]} for n in range(1, 8)],
+        {"tool_calls": [call("submit")]},
+    )
+    ctx = run_agent(
+        "openai-compatible", model_server, tmp_path,
+        context_window="10000", max_output_tokens="1000", output_limit_chars="4000",
+    )  # fmt: skip
+    assert ctx.submitted is None
+    failed = len(model_server.requests) - 8
+    assert failed == 1 and len([k for k in ctx.kinds() if k == "model-error"]) == 1
+    assert [k for k in ctx.kinds() if k == "context_target_reduced"] == ["context_target_reduced"]
 
 
 def test_token_limit_ends_the_run(

@@ -16,6 +16,7 @@ from agents.modular.tools import SUBMIT, ToolRunner, tool_specs
 from rebench.agents.base import Agent, AgentConfig, AgentContext
 from rebench.models import (
     Completion,
+    ContextWindowExceeded,
     Message,
     ModelCaller,
     ProviderError,
@@ -36,6 +37,9 @@ class ModularAgent:
     def __init__(self, config: AgentConfig, settings: ModularSettings) -> None:
         self.config = config
         self.settings = settings
+        self.fill = settings.context_fill
+        """The share of the window the conversation may fill; halved after each overflow the
+        provider reports and kept for later turns, so they do not fail the same way first."""
 
     async def run(self, ctx: AgentContext) -> None:
         config = self.config
@@ -66,12 +70,15 @@ class ModularAgent:
         idle = 0
         turn = 0
         while True:
+            if ctx.remaining_s() <= 0:
+                ctx.log_event("budget_spent", turn=turn)
+                return
             turn += 1
             completion = await self._complete(ctx, caller, system, messages, window, turn)
             messages.append(Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls))
             if not completion.tool_calls:
                 idle += 1
-                if idle >= settings.max_idle_turns:
+                if settings.max_idle_turns is not None and idle >= settings.max_idle_turns:
                     ctx.log_event("agent_gave_up", reason=f"{idle} replies in a row without a tool call")
                     return
                 nudge = NO_TOOL_CALL
@@ -107,9 +114,8 @@ class ModularAgent:
         """One model call; old tool outputs give way when the context would overflow."""
         settings = self.settings
         tools = tool_specs(settings)
-        fill = settings.context_fill
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
-            budget = int(window * fill) - settings.max_output_tokens
+            budget = int(window * self.fill) - settings.max_output_tokens
             if estimate_tokens(system, messages, tools, settings.chars_per_token) > budget:
                 removed = trim_oldest(
                     system, messages, tools, budget_tokens=budget, chars_per_token=settings.chars_per_token
@@ -123,8 +129,12 @@ class ModularAgent:
             except ProviderError as err:
                 if not err.context_overflow:
                     raise
-                fill /= 2
-        raise ProviderError("the conversation does not fit the model's context window", retryable=False)
+                self.fill /= 2
+                ctx.log_event("context_target_reduced", turn=turn, context_fill=self.fill)
+        raise ContextWindowExceeded(
+            f"the conversation does not fit the model's context window ({window} tokens) even after trimming "
+            f"old tool outputs {MAX_OVERFLOW_RECOVERIES} times"
+        )
 
 
 def create_agent(config: AgentConfig) -> Agent:

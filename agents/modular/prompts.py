@@ -21,15 +21,21 @@ def system_prompt(ctx: AgentContext, bash_timeout_s: float, bash_timeout_max_s: 
 You act only by calling tools; nobody will answer questions. Work step by step: inspect, change, test, score.
 
 Tools:
-- bash: run a shell command in {ctx.paths.home}. Commands time out after {bash_timeout_s:g} s unless you
-  set timeout_s (at most {bash_timeout_max_s:g} s). Start long jobs in the background
-  (e.g. `nohup cmd > log.txt 2>&1 &`) and check on them; check GPU memory with nvidia-smi if there is a GPU.
-- python: run a Python program (a fresh process each call; nothing is kept between calls).
+- bash: run a shell command. Every command starts in your solution folder {ctx.paths.solution}
+  (your home is {ctx.paths.home}); a `cd` does not carry over to the next call. Commands time out after
+  {bash_timeout_s:g} s unless you set timeout_s (at most {bash_timeout_max_s:g} s); on timeout the command is
+  killed and you get what it printed until then. The call returns when the command's shell exits: start long
+  jobs in the background with their output in a file (e.g. `nohup cmd > log.txt 2>&1 &`) and check on them;
+  check GPU memory with nvidia-smi if there is a GPU.
+- python: run a Python program (a fresh process each call, started in {ctx.paths.solution}; nothing is kept
+  between calls).
 - score: score your current solution. {visible} {better} raw scores are better.
 - score_log: list your scoring results so far.
 - submit: end the attempt. Make sure your best solution is in place first.
 
-Long outputs are cut to their beginning and end; the full output is saved to a file whose path is shown.
+Long tool results are cut to their beginning and end; the result as captured is saved to a file whose path
+is shown. A command's own output is captured up to 1 MB per stream: beyond that only its first and last
+500 kB are kept.
 After every turn you are told how much of your time budget is used; your own thinking time counts.
 Environment: {env.title} ({env.name} {env.version}, profile {env.profile})."""
 

@@ -30,8 +30,9 @@ class ModularSettings(BaseModel, extra="forbid"):
     max_retries: int = 8
     retry_base_s: float = 2.0
     retry_max_wait_s: float = 120.0
-    max_idle_turns: int = 3
-    """Replies in a row without a tool call before the agent gives up."""
+    max_idle_turns: int | None = None
+    """Replies in a row without a tool call before the agent gives up; None (the default):
+    never, it keeps nudging the model until the budget ends, as METR's modular agent does."""
     prices: str | None = None
     """A price table that overrides the bundled one (also $REBENCH_PRICES)."""
     api_key_env: str | None = None

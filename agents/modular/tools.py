@@ -1,7 +1,9 @@
 """The modular agent's tools: schemas for the model, and running them through the context.
 
-Outputs are shown to the model cut to head and tail; the whole output is saved
-to a file in the workspace so nothing is lost and the model can grep it.
+Outputs are shown to the model cut to head and tail; the output as captured is
+saved to a file in the workspace so the model can grep it. The sandbox itself
+keeps only the first and last 500 kB of each stream of a command, and the
+tool's text says so when that happened.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from agents.modular.settings import ModularSettings
 from rebench.agents.base import AgentContext
 from rebench.models import ToolCall, ToolSpec
-from rebench.sandbox.base import ExecResult
+from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult
 
 OUTPUT_DIR = "tool_outputs"
 SUBMIT = "submit"
@@ -27,7 +29,13 @@ def tool_specs(settings: ModularSettings) -> list[ToolSpec]:
     return [
         ToolSpec(
             name="bash",
-            description="Run a bash command and return its exit code, stdout and stderr.",
+            description=(
+                "Run a bash command and return its exit code, stdout and stderr. The call returns when "
+                "the command's shell exits. Background processes (`cmd &`) keep running after it, but "
+                "what they print afterwards is not returned (and writing to the closed output can kill "
+                "them): redirect their output to a file. On timeout the "
+                "command and everything it started are killed, and you get what it printed until then."
+            ),
             parameters={
                 "type": "object",
                 "properties": {"command": {"type": "string"}, "timeout_s": timeout},
@@ -36,7 +44,10 @@ def tool_specs(settings: ModularSettings) -> list[ToolSpec]:
         ),
         ToolSpec(
             name="python",
-            description="Run a Python program in a fresh process and return its output.",
+            description=(
+                "Run a Python program in a fresh process and return its output. Same rules as bash: "
+                "on timeout it is killed and you get what it printed until then."
+            ),
             parameters={
                 "type": "object",
                 "properties": {"code": {"type": "string"}, "timeout_s": timeout},
@@ -64,9 +75,22 @@ def tool_specs(settings: ModularSettings) -> list[ToolSpec]:
     ]
 
 
-def format_exec(result: ExecResult) -> str:
-    head = "timed out (the command was killed)" if result.timed_out else f"exit code: {result.exit_code}"
+KEPT_NOTE = (
+    "note: the command printed more than {limit} bytes on a stream; only the first and last {half} bytes "
+    "of that stream were kept (the cut is marked), the rest is lost"
+)
+
+
+def format_exec(result: ExecResult, timeout_s: float | None = None) -> str:
+    """Exit code (or the timeout), then whatever the command printed, also when it was killed."""
+    if result.timed_out:
+        limit = f" after {timeout_s:g} s" if timeout_s is not None else ""
+        head = f"timed out{limit}: the command and everything it started were killed; output until then follows"
+    else:
+        head = f"exit code: {result.exit_code}"
     parts = [head]
+    if result.truncated:
+        parts.append(KEPT_NOTE.format(limit=OUTPUT_LIMIT_BYTES, half=OUTPUT_LIMIT_BYTES // 2))
     if result.stdout:
         parts.append(f"stdout:\n{result.stdout}")
     if result.stderr:
@@ -91,11 +115,13 @@ class ToolRunner:
         args = call.arguments
         try:
             if call.name == "bash":
-                result = await self.ctx.bash(self._str(args, "command"), timeout=self._timeout(args))
-                return await self.shorten(format_exec(result))
+                timeout = self._timeout(args)
+                result = await self.ctx.bash(self._str(args, "command"), timeout=timeout)
+                return await self.shorten(format_exec(result, timeout))
             if call.name == "python":
-                result = await self.ctx.python(self._str(args, "code"), timeout=self._timeout(args))
-                return await self.shorten(format_exec(result))
+                timeout = self._timeout(args)
+                result = await self.ctx.python(self._str(args, "code"), timeout=timeout)
+                return await self.shorten(format_exec(result, timeout))
         except ValueError as exc:
             return f"error: {exc}"
         if call.name == "score":
@@ -126,7 +152,7 @@ class ToolRunner:
         return float(min(requested, self.settings.bash_timeout_max_s, max(1.0, self.ctx.remaining_s())))
 
     async def shorten(self, text: str) -> str:
-        """Head and tail of a long output, plus where the whole of it is saved."""
+        """Head and tail of a long output, plus where this tool result is saved in full."""
         limit = self.settings.output_limit_chars
         if len(text) <= limit:
             return text
@@ -134,8 +160,11 @@ class ToolRunner:
         path = self.ctx.paths.in_home(OUTPUT_DIR, f"output_{self._saved}.txt")
         try:
             await self.ctx.write_file(path, text)
-            where = f"the full output is saved in {path}"
+            where = f"this tool result ({len(text)} characters, as captured) is saved in {path}"
         except OSError as exc:
-            where = f"the full output could not be saved ({exc})"
+            where = f"it could not be saved ({exc})"
         half = limit // 2
-        return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted; {where} ...]\n{text[-half:]}"
+        return (
+            f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted here, the first and last {half} are "
+            f"shown; {where} ...]\n{text[-half:]}"
+        )

@@ -16,16 +16,40 @@ from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreE
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
 
 LIST_COLUMNS = ("id", "campaign", "environment", "profile", "agent", "model", "budget", "status",
-                "error_source", "final_raw", "normalized", "working_s")
+                "submitted", "error_source", "final_raw", "normalized", "working_s")
+COLUMN_PRIORITY = ("id", "environment", "agent", "status", "submitted", "normalized", "model", "budget",
+                   "error_source", "campaign", "final_raw", "profile", "working_s")
+"""Which columns stay when the terminal is narrow: the keys a user copies into the next
+command first (id, environment, agent); the rest are dropped, never cut mid-word."""
+
+
+def _fitting_columns(widths: dict[str, int], total: int) -> list[str]:
+    """The columns, in table order, that fit `total` characters whole, by priority."""
+    chosen: set[str] = set()
+    used = 1  # the table's left border
+    for column in COLUMN_PRIORITY:
+        need = widths[column] + 3  # padding and a separator
+        if used + need <= total or len(chosen) < 3:
+            chosen.add(column)
+            used += need
+    return [c for c in LIST_COLUMNS if c in chosen]
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
     return {
         "id": a.id, "campaign": a.campaign_id, "environment": a.environment, "profile": a.profile,
         "agent": a.agent, "model": a.model, "budget": format_duration(a.budget_s), "status": a.status,
-        "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
+        "submitted": a.submitted, "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
         "working_s": round(a.working_s, 2),
     }
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return fmt(value)
+    return "-" if value is None else str(value)
 
 
 @app.command("list")
@@ -50,12 +74,16 @@ def list_command(
     if json_output:
         print_json(rows)
         return
-    table = Table(title="Attempts")
-    for column in LIST_COLUMNS:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*[fmt(v) if isinstance(v, float) else ("-" if v is None else str(v))
-                        for v in (row[c] for c in LIST_COLUMNS)])
+    cells = {c: [_cell(row[c]) for row in rows] for c in LIST_COLUMNS}
+    widths = {c: max([len(c), *(len(v) for v in cells[c])]) for c in LIST_COLUMNS}
+    shown = _fitting_columns(widths, console.width)
+    hidden = [c for c in LIST_COLUMNS if c not in shown]
+    caption = f"not shown at this width: {', '.join(hidden)} (see --json)" if hidden else None
+    table = Table(title="Attempts", caption=caption)
+    for column in shown:
+        table.add_column(column, no_wrap=True, min_width=widths[column])
+    for index in range(len(rows)):
+        table.add_row(*[cells[c][index] for c in shown])
     console.print(table)
 
 

@@ -12,7 +12,15 @@ import importlib.util
 from rebench.agents.base import AgentConfig
 from rebench.errors import RebenchError
 from rebench.models.calls import RETRY_PAUSE_REASON, ModelCaller, RetryPolicy
-from rebench.models.messages import Completion, Message, ModelClient, ProviderError, ToolCall, ToolSpec
+from rebench.models.messages import (
+    Completion,
+    ContextWindowExceeded,
+    Message,
+    ModelClient,
+    ProviderError,
+    ToolCall,
+    ToolSpec,
+)
 from rebench.models.names import KEY_VARIABLES, PROVIDERS, ModelSpec, parse_model, read_key, require_key
 from rebench.models.prices import DEFAULT_CONTEXT_WINDOW, ModelPrice, load_prices, price_for
 
@@ -22,6 +30,7 @@ __all__ = [
     "PROVIDERS",
     "RETRY_PAUSE_REASON",
     "Completion",
+    "ContextWindowExceeded",
     "Message",
     "ModelCaller",
     "ModelClient",

@@ -86,7 +86,12 @@ class AnthropicClient:
             response = await self._client.messages.create(**request)
         except anthropic.APIStatusError as exc:
             raise status_error(
-                "anthropic", exc.status_code, exc.response.text, exc.response.headers, self._key
+                "anthropic",
+                exc.status_code,
+                exc.response.text,
+                exc.response.headers,
+                self._key,
+                key_variable=self._spec.key_variable,
             ) from None
         except anthropic.APIConnectionError as exc:
             raise connection_error("anthropic", exc, self._key) from None

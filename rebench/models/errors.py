@@ -28,11 +28,29 @@ def retry_after_from(headers: Mapping[str, str] | None) -> float | None:
     return parse_retry_after(headers.get("retry-after"))
 
 
+REJECTED_KEY_STATUSES = frozenset({401, 403})
+"""The provider refused the key or its permissions: the user's setup, wrong for every attempt alike."""
+
+
 def status_error(
-    provider: str, status: int, body: str, headers: Mapping[str, str] | None, secret: str | None
+    provider: str,
+    status: int,
+    body: str,
+    headers: Mapping[str, str] | None,
+    secret: str | None,
+    *,
+    key_variable: str | None = None,
 ) -> ProviderError:
     detail = redact(" ".join(body.split())[:300], secret)
     overflow = status in (400, 413) and looks_like_context_overflow(body)
+    if status in REJECTED_KEY_STATUSES:
+        where = f"the API key in ${key_variable}" if key_variable else "the API key"
+        return ProviderError(
+            f"{provider} rejected {where} (HTTP {status}: {detail}); set a valid key and run again",
+            retryable=False,
+            status=status,
+            key_variable=key_variable,
+        )
     return ProviderError(
         f"{provider} returned HTTP {status}: {detail}",
         retryable=status in RETRYABLE_STATUSES,

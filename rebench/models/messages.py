@@ -64,18 +64,39 @@ class ProviderError(Exception):
         status: int | None = None,
         retry_after_s: float | None = None,
         context_overflow: bool = False,
+        key_variable: str | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.retry_after_s = retry_after_s
         self.context_overflow = context_overflow
+        self.key_variable = key_variable
+        """The environment variable the rejected key came from (401/403 only)."""
 
     @property
     def error_source(self) -> str:
         """Who is to blame when this ends an attempt: a rejected key or permission is the
-        user's setup; anything else the provider did is infrastructure, not the agent."""
-        return "user" if self.status in (401, 403) else "infrastructure"
+        user's setup; a conversation too long for the model is the agent's (it is the
+        agent's job to keep it inside the window); anything else the provider did is
+        infrastructure, not the agent."""
+        if self.status in (401, 403):
+            return "user"
+        return "agent" if self.context_overflow else "infrastructure"
+
+    @property
+    def stops_campaign(self) -> bool:
+        """A rejected key fails every attempt alike: the campaign stops instead of starting more."""
+        return self.status in (401, 403)
+
+
+class ContextWindowExceeded(ProviderError):
+    """The conversation no longer fits the model's context window and trimming cannot make it
+    fit. The agent's failure (its conversation, its trimming), not the provider's: the attempt
+    ends as an agent error, is counted and keeps its cost; it is not re-run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False, context_overflow=True)
 
 
 class ModelClient(Protocol):

@@ -97,7 +97,12 @@ class OpenAIChatClient:
             response = await self._client.chat.completions.create(**request)
         except openai.APIStatusError as exc:
             raise status_error(
-                self._spec.provider, exc.status_code, exc.response.text, exc.response.headers, self._key
+                self._spec.provider,
+                exc.status_code,
+                exc.response.text,
+                exc.response.headers,
+                self._key,
+                key_variable=self._spec.key_variable,
             ) from None
         except openai.APIConnectionError as exc:
             raise connection_error(self._spec.provider, exc, self._key) from None

@@ -20,21 +20,37 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
-from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User, cap_output
+from rebench.sandbox.base import (
+    OUTPUT_LIMIT_BYTES,
+    TRUNCATION_MARKER,
+    ExecResult,
+    SandboxPaths,
+    SandboxSpec,
+    User,
+    cap_output,
+)
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
+COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
+EXIT_GRACE_S = 0.2
+"""After a command exits, how long its output is still read (a background child may hold
+the pipes open; it keeps running, what it prints later is not captured). The Docker
+backend's exec server follows the same rule."""
+READ_CHUNK = 65536
 LOCAL_WARNING = (
     "the local backend does not isolate the agent: it can read held-out data and the reference "
     "solution. Use --backend docker for untrusted agents."
 )
 
 
-def _processes_with_marker(marker: str) -> list[int]:
-    needle = f"{MARKER_VAR}={marker}".encode()
+def _processes_with(variable: str) -> list[int]:
+    """Processes whose environment holds `variable` (NAME=value)."""
+    needle = variable.encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -45,6 +61,125 @@ def _processes_with_marker(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _kill_marked(variable: str) -> int:
+    """SIGKILL every process (but this one) whose environment holds `variable`; returns how many."""
+    killed = 0
+    for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
+        pids = [p for p in _processes_with(variable) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(pids)
+        time.sleep(0.05)
+    return killed
+
+
+class _Capture:
+    """One pipe's output: everything up to 4x the limit, then only the head and a sliding
+    tail, counting what was dropped (a command printing gigabytes must not fill memory)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.dropped = 0
+        self.closed = asyncio.Event()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 4 * OUTPUT_LIMIT_BYTES:
+            half = OUTPUT_LIMIT_BYTES // 2
+            cut = len(self.data) - half - OUTPUT_LIMIT_BYTES
+            del self.data[half : half + cut]
+            self.dropped += cut
+
+    def text(self) -> tuple[str, bool]:
+        if not self.dropped:
+            return cap_output(bytes(self.data))
+        half = OUTPUT_LIMIT_BYTES // 2
+        dropped = self.dropped + len(self.data) - 2 * half
+        head = self.data[:half].decode("utf-8", errors="replace")
+        tail = self.data[-half:].decode("utf-8", errors="replace")
+        return head + TRUNCATION_MARKER.format(dropped=dropped) + tail, True
+
+
+class _RunningCommand:
+    """Watches a Popen child from the event loop: its exit through a pidfd, its pipes
+    through readers, its stdin through a writer."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None) -> None:
+        self.proc = proc
+        self.loop = asyncio.get_running_loop()
+        self.exited = asyncio.Event()
+        self.out = _Capture()
+        self.err = _Capture()
+        self._fds: list[int] = []
+        self._pidfd = os.pidfd_open(proc.pid)
+        self.loop.add_reader(self._pidfd, self._on_exit)
+        assert proc.stdout is not None and proc.stderr is not None
+        for stream, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            fd = stream.fileno()
+            os.set_blocking(fd, False)
+            self.loop.add_reader(fd, self._on_output, fd, capture)
+            self._fds.append(fd)
+        self._stdin = memoryview(stdin or b"")
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.loop.add_writer(proc.stdin.fileno(), self._on_stdin)
+
+    def _on_exit(self) -> None:
+        self.loop.remove_reader(self._pidfd)
+        self.proc.wait()
+        self.exited.set()
+
+    def _on_output(self, fd: int, capture: _Capture) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            capture.add(chunk)
+        else:
+            self.loop.remove_reader(fd)
+            capture.closed.set()
+
+    def _on_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        try:
+            written = os.write(fd, self._stdin[:READ_CHUNK])
+            self._stdin = self._stdin[written:]
+        except BlockingIOError:
+            return
+        except OSError:
+            self._stdin = memoryview(b"")
+        if not self._stdin:
+            self.loop.remove_writer(fd)
+            self.proc.stdin.close()
+
+    async def pipes_closed(self) -> None:
+        await self.out.closed.wait()
+        await self.err.closed.wait()
+
+    def close(self) -> None:
+        """Stop watching and close our ends of the pipes (a background child that still
+        writes to them gets SIGPIPE, as it would after a terminal closed)."""
+        self.loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        if not self.exited.is_set():  # cancelled: the tree was just SIGKILLed, collect the child
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
+        for fd in self._fds:
+            self.loop.remove_reader(fd)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None and not stream.closed:
+                if stream is self.proc.stdin:
+                    self.loop.remove_writer(stream.fileno())
+                stream.close()
 
 
 def _make_read_only(path: Path) -> None:
@@ -116,27 +251,40 @@ class LocalSandbox:
     ) -> ExecResult:
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        command_marker = uuid.uuid4().hex
+        environment = self._environment(env)
+        environment[COMMAND_MARKER_VAR] = command_marker
+        # Popen plus pidfd rather than asyncio's subprocess: on Python 3.11 its wait() does not
+        # return while a background child still holds the pipes (`sleep 100 & echo started`).
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             cwd=cwd or self.paths.solution,
-            env=self._environment(env),
+            env=environment,
             start_new_session=True,
         )
+        run = _RunningCommand(proc, stdin)
         timed_out = False
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
-        except TimeoutError:
-            timed_out = True
-            self._kill_group(proc.pid)
-            stdout, stderr = await proc.communicate()
+            try:
+                await asyncio.wait_for(run.exited.wait(), timeout)
+            except TimeoutError:
+                timed_out = True
+                self._kill_command(proc.pid, command_marker)
+                await run.exited.wait()
+            # A background child may still hold the pipes: read them for a short grace,
+            # then stop listening. The child keeps running; its later output is not captured.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.pipes_closed(), EXIT_GRACE_S)
         except BaseException:
-            self._kill_group(proc.pid)
+            self._kill_command(proc.pid, command_marker)
             raise
-        out, cut_out = cap_output(stdout)
-        err, cut_err = cap_output(stderr)
+        finally:
+            run.close()
+        out, cut_out = run.out.text()
+        err, cut_err = run.err.text()
         return ExecResult(
             exit_code=None if timed_out else proc.returncode,
             stdout=out,
@@ -146,6 +294,12 @@ class LocalSandbox:
             truncated=cut_out or cut_err,
         )
 
+    def _kill_command(self, pgid: int, command_marker: str) -> None:
+        """Kill one command's tree: its process group and every process carrying its marker
+        (which finds children that called setsid())."""
+        self._kill_group(pgid)
+        _kill_marked(f"{COMMAND_MARKER_VAR}={command_marker}")
+
     @staticmethod
     def _kill_group(pgid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -153,17 +307,7 @@ class LocalSandbox:
 
     def kill_all(self) -> int:
         """Kill every process carrying this sandbox's marker; returns how many were found."""
-        killed = 0
-        for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
-            pids = [p for p in _processes_with_marker(self.marker) if p != os.getpid()]
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed += len(pids)
-            time.sleep(0.05)
-        return killed
+        return _kill_marked(f"{MARKER_VAR}={self.marker}")
 
     def _host_path(self, path: str) -> Path:
         return Path(path) if os.path.isabs(path) else Path(self.paths.solution) / path
