@@ -148,4 +148,4 @@ def test_text_replies_are_nudged_and_an_unsubmitted_end_is_listed(
     assert [(r["id"], r["environment"], r["agent"], r["submitted"]) for r in named] == [
         (str(unsubmitted["id"]), "counter", "modular", "no"), (str(submitted["id"]), "counter", "modular", "yes")
     ]
-    assert "not shown at this width" in narrow
+    assert "left out to fit 80 columns:" in narrow

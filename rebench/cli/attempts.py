@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
+from rebench.cli.tables import Col, print_table
 from rebench.errors import RebenchError
 from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreEvent
 
@@ -17,22 +18,11 @@ app = typer.Typer(help="Inspect attempts: their status, score log and events.", 
 
 LIST_COLUMNS = ("id", "campaign", "environment", "profile", "agent", "model", "budget", "status",
                 "submitted", "error_source", "final_raw", "normalized", "working_s")
-COLUMN_PRIORITY = ("id", "environment", "agent", "status", "submitted", "normalized", "model", "budget",
-                   "error_source", "campaign", "final_raw", "profile", "working_s")
-"""Which columns stay when the terminal is narrow: the keys a user copies into the next
-command first (id, environment, agent); the rest are dropped, never cut mid-word."""
-
-
-def _fitting_columns(widths: dict[str, int], total: int) -> list[str]:
-    """The columns, in table order, that fit `total` characters whole, by priority."""
-    chosen: set[str] = set()
-    used = 1  # the table's left border
-    for column in COLUMN_PRIORITY:
-        need = widths[column] + 3  # padding and a separator
-        if used + need <= total or len(chosen) < 3:
-            chosen.add(column)
-            used += need
-    return [c for c in LIST_COLUMNS if c in chosen]
+KEY_COLUMNS = ("id", "environment", "agent")
+DROP_FIRST = ("working_s", "profile", "final_raw", "campaign", "error_source", "budget", "model", "normalized",
+              "submitted", "status")
+"""At a narrow width these columns are left out in this order; the keys a user copies into the
+next command (id, environment, agent) always stay whole."""
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
@@ -74,17 +64,9 @@ def list_command(
     if json_output:
         print_json(rows)
         return
-    cells = {c: [_cell(row[c]) for row in rows] for c in LIST_COLUMNS}
-    widths = {c: max([len(c), *(len(v) for v in cells[c])]) for c in LIST_COLUMNS}
-    shown = _fitting_columns(widths, console.width)
-    hidden = [c for c in LIST_COLUMNS if c not in shown]
-    caption = f"not shown at this width: {', '.join(hidden)} (see --json)" if hidden else None
-    table = Table(title="Attempts", caption=caption)
-    for column in shown:
-        table.add_column(column, no_wrap=True, min_width=widths[column])
-    for index in range(len(rows)):
-        table.add_row(*[cells[c][index] for c in shown])
-    console.print(table)
+    columns = [Col(c, key=c in KEY_COLUMNS) for c in LIST_COLUMNS]
+    cells = [[_cell(row[c]) for c in LIST_COLUMNS] for row in rows]
+    print_table(console, "Attempts", columns, cells, more="--json", drop_first=DROP_FIRST)
 
 
 @app.command("show")

@@ -42,11 +42,18 @@ def _needed(col: Col, cells: Sequence[str]) -> int:
     return max(_longest_word(t) for t in texts)
 
 
-def fit_columns(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
-    """Indexes of the columns to show at this width: all keys, and descriptive ones from the left."""
+def fit_columns(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int,
+                drop_first: Sequence[str] = ()) -> list[int]:
+    """Indexes of the columns to show at this width: all keys, and as many descriptive ones as fit.
+
+    Descriptive columns go in `drop_first`'s order (headers), then the others from the right.
+    """
     needs = [_needed(col, [row[i] for row in rows]) for i, col in enumerate(columns)]
     keep = list(range(len(columns)))
-    droppable = [i for i, col in enumerate(columns) if not col.key]
+    headers = [col.header for col in columns]
+    first = [headers.index(h) for h in drop_first if h in headers and not columns[headers.index(h)].key]
+    rest = [i for i, col in enumerate(columns) if not col.key and i not in first]
+    droppable = rest + first[::-1]  # popped from the end
 
     def total(indexes: list[int]) -> int:
         return sum(needs[i] for i in indexes) + _PER_COLUMN * len(indexes) + _EDGE
@@ -57,13 +64,13 @@ def fit_columns(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: in
 
 
 def print_table(console: Console, title: str | None, columns: Sequence[Col], rows: Sequence[Sequence[str]],
-                *, more: str | None = None) -> None:
+                *, more: str | None = None, drop_first: Sequence[str] = ()) -> None:
     """Print rows under columns, fitted to the console's width (see the module docstring).
 
     `more` names where the full data lives (e.g. "--json"), for the note about dropped columns.
     """
     width = console.width
-    keep = fit_columns(columns, rows, width)
+    keep = fit_columns(columns, rows, width, drop_first)
     table = Table(title=title)
     needs = {i: _needed(columns[i], [row[i] for row in rows]) for i in keep}
     for i in keep:
@@ -84,4 +91,4 @@ def print_table(console: Console, title: str | None, columns: Sequence[Col], row
     dropped = [columns[i].header for i in range(len(columns)) if i not in keep]
     if dropped:
         where = f"; {more} shows them" if more else ""
-        console.print(f"(left out to fit {width} columns: {', '.join(dropped)}{where})", highlight=False, soft_wrap=True)
+        console.print(f"(left out to fit {width} columns: {', '.join(dropped)}{where})", highlight=False)
