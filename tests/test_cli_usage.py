@@ -48,6 +48,7 @@ BAD_USAGE = [
     (["images", "list", "--bogus"], "--bogus"),
     (["gc", "--bogus"], "--bogus"),
     (["nonsense"], "nonsense"),
+    (["envs", "show", "[bogus]"], "'[bogus]'"),  # the harness's own errors: one line too, markup-like text kept
 ]
 
 
