@@ -30,6 +30,7 @@ from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
+from rebench.sandbox.snapshot import SnapshotBudget
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
@@ -103,6 +104,7 @@ class AttemptRunner:
         profile = self.env.profile(profile_name)
         clock = AttemptClock()
         recorder = AttemptRecorder(self.store, attempt_id, clock)
+        snapshot_budget = SnapshotBudget(profile.snapshot.max_bytes, profile.snapshot.max_files)
         outcome = AttemptOutcome(attempt_id=attempt_id, status="running")
         sandbox: Sandbox | None = None
         self._update(attempt_id, status="running", started_at=_now(), backend=self.backend, pid=os.getpid())
@@ -158,7 +160,7 @@ class AttemptRunner:
             outcome.error_message = f"{type(exc).__name__}: {exc}"
         finally:
             clock.stop()
-            await self._finish(attempt_id, outcome, clock, sandbox)
+            await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget)
         return outcome
 
     async def _run_agent(self, agent: Agent, ctx: AttemptContext, sandbox: Sandbox, outcome: AttemptOutcome) -> None:
@@ -213,24 +215,32 @@ class AttemptRunner:
             outcome.status = "done"
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      sandbox: Sandbox | None) -> None:
+                      sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget) -> None:
         """Snapshot, stop and write the final row; shielded so an interrupt cannot skip it."""
 
         async def finish() -> None:
             snapshot: str | None = None
+            note: str | None = None
             if sandbox is not None:
-                with contextlib.suppress(Exception):
-                    target = self.snapshots_dir / f"attempt-{attempt_id}"
-                    await sandbox.copy_out(sandbox.paths.solution, str(target))
-                    snapshot = str(target)
+                target = self.snapshots_dir / f"attempt-{attempt_id}"
+                try:
+                    report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
+                except Exception as exc:
+                    note = f"snapshot failed: {type(exc).__name__}: {exc}"
+                    with contextlib.suppress(Exception):
+                        recorder.event("snapshot", error=note)
+                else:
+                    snapshot, note = str(target), report.note()
+                    with contextlib.suppress(Exception):
+                        recorder.event("snapshot", path=snapshot, **report.model_dump())
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
-            self._finalize_row(attempt_id, outcome, clock, snapshot)
+            self._finalize_row(attempt_id, outcome, clock, snapshot, note)
 
         await asyncio.shield(finish())
 
     def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      snapshot: str | None) -> None:
+                      snapshot: str | None, snapshot_note: str | None = None) -> None:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
             profile = self.env.profile(attempt.profile)
@@ -253,4 +263,5 @@ class AttemptRunner:
             attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)
             attempt.ended_at = _now()
             attempt.snapshot_path = snapshot
+            attempt.snapshot_note = snapshot_note
             attempt.submitted = outcome.submitted

@@ -199,7 +199,7 @@ def test_attempts_show_replays_events(fixture_envs: Path, tmp_path: Path, db_pat
     replay(tmp_path, db_path, [{"bash": "echo hello-from-agent"}, {"score": {}}, {"submit": "done"}])
     shown = json.loads(run_cli("attempts", "show", "1", "--json", "--db", str(db_path)).stdout)
     kinds = [e["kind"] for e in shown["events"]]
-    assert kinds == ["start", "bash", "score", "submit"]
+    assert kinds == ["start", "bash", "score", "submit", "snapshot"]
     assert shown["events"][1]["data"]["stdout"].strip() == "hello-from-agent"
     assert [s["kind"] for s in shown["scores"]] == ["baseline", "intermediate"]
     missing = run_cli("attempts", "show", "99", "--db", str(db_path))

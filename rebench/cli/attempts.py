@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 
 from rebench.budget import format_duration
@@ -85,6 +86,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
             "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
             "cached_tokens": attempt.cached_tokens, "cost_usd": attempt.cost_usd,
             "anchors_kind": attempt.anchors_kind, "snapshot_path": attempt.snapshot_path,
+            "snapshot_note": attempt.snapshot_note,
             "retry_of": attempt.retry_of, "counted": attempt.counted,
             "scores": [
                 {"kind": s.kind, "working_s": round(s.working_s, 2), "raw": s.raw, "valid": s.valid,
@@ -116,6 +118,10 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"({detail['anchors_kind']} anchors); working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
+    if detail["snapshot_path"] or detail["snapshot_note"]:
+        console.print(Text(f"snapshot {detail['snapshot_path'] or '(none)'}"))
+    if detail["snapshot_note"]:
+        console.print(Text(detail["snapshot_note"], style="yellow"))
     scores = Table(title="Score log")
     for column in ("kind", "working s", "raw", "valid", "message"):
         scores.add_column(column)

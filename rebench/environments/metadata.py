@@ -10,10 +10,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from rebench.errors import ConfigError
+from rebench.sandbox.snapshot import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 
 METADATA_FILE = "environment.toml"
 
@@ -45,6 +46,17 @@ class Anchors(_Strict):
         return self
 
 
+class SnapshotCap(_Strict):
+    """How much an attempt may copy from its solution folder to the host, over all its
+    snapshots; what is over is left out and recorded. `max_bytes` takes a number of bytes or
+    a size such as "16 GiB" (GiB = 2**30, GB = 10**9). The default suits `tiny`; a `paper`
+    profile sets at least twice its largest legitimate submission (a GPT-2 XL checkpoint
+    in fp32 is about 6.2 GB)."""
+
+    max_bytes: ByteSize = Field(ByteSize(DEFAULT_MAX_BYTES), gt=0)
+    max_files: int = Field(DEFAULT_MAX_FILES, gt=0)
+
+
 class Profile(_Strict):
     """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
 
@@ -60,6 +72,7 @@ class Profile(_Strict):
     """Raw scores are timings: `rebench run` calibrates anchors on a new machine before scoring."""
     anchors: Anchors
     params: dict[str, Any] = Field(default_factory=dict)
+    snapshot: SnapshotCap = SnapshotCap()
 
 
 class EnvironmentMetadata(_Strict):

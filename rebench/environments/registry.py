@@ -2,7 +2,11 @@
 
 Folder layout (every part but the metadata and scoring is optional):
 
-    environment.toml     metadata (see metadata.py)
+    environment.toml     metadata (see metadata.py); each profile may cap what an attempt
+                         copies to the host: `snapshot = { max_bytes = "16 GiB",
+                         max_files = 100_000 }` (default 1 GiB and 100,000 entries, over
+                         all of an attempt's snapshots; a `paper` profile sets at least
+                         twice its largest legitimate submission)
     instructions.md      what the agent is told; `${name}` placeholders are filled
                          from the profile's params and the sandbox paths
     workspace/           the starting solution, copied to the solution folder

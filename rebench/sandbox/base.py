@@ -11,6 +11,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
+
 User = Literal["agent", "root", "scorer"]
 """Who runs a command: the agent under test, the harness, or the scoring helper
 (the agent's uid plus the `protected` group, as in RE-Bench)."""
@@ -98,8 +100,10 @@ class Sandbox(Protocol):
         """Copy a host directory's contents into the sandbox at `dest`."""
         ...
 
-    async def copy_out(self, source: str, dest_dir: str) -> None:
-        """Copy a sandbox directory's contents out to a host directory (final snapshot)."""
+    async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
+        """Copy a sandbox directory's contents out to a fresh host directory (a snapshot),
+        within `budget` (the attempt's, shared by its snapshots; None: the default cap),
+        by the rules of `rebench.sandbox.snapshot`: no special files, nothing from outside."""
         ...
 
     async def alive(self) -> bool: ...

@@ -40,6 +40,14 @@ from rebench.agents.base import LimitExceeded
 from rebench.errors import SandboxError
 from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
+from rebench.sandbox.snapshot import (
+    BoundedReader,
+    SnapshotBudget,
+    SnapshotReport,
+    default_budget,
+    extract_stream,
+    stream_limit,
+)
 
 LABEL_ATTEMPT = "rebench.attempt"
 LABEL_CAMPAIGN = "rebench.campaign"
@@ -256,24 +264,6 @@ def _tar_dir(source: Path, uid: int, gid: int, clear: int, handle: Any) -> None:
     with tarfile.open(fileobj=handle, mode="w") as archive:
         for item in sorted(source.iterdir()):
             archive.add(str(item), arcname=item.name, filter=chown)
-
-
-def _extract_safely(archive: tarfile.TarFile, dest: Path, strip: str) -> None:
-    """Extract members under `strip/` into `dest`; skip anything the data filter refuses
-    (absolute or escaping links, devices): the archive comes from an untrusted agent."""
-    for member in archive.getmembers():
-        parts = PurePosixPath(member.name).parts
-        if not parts or parts[0] != strip:
-            continue
-        if len(parts) == 1:
-            if member.isdir():
-                continue  # the folder itself; its contents follow
-        else:
-            member.name = str(PurePosixPath(*parts[1:]))
-        try:
-            archive.extract(member, dest, filter="data")
-        except (tarfile.FilterError, OSError):
-            continue
 
 
 class DockerSandbox:
@@ -632,19 +622,33 @@ class DockerSandbox:
 
         await asyncio.to_thread(put)
 
-    async def copy_out(self, source: str, dest_dir: str) -> None:
+    async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
+        """Stream the folder's archive from the engine and extract it within `budget`; the
+        HTTP response is closed at the cap, so the engine stops sending (nothing past the cap
+        is read, let alone stored)."""
         self._require_channel()
         target = self._resolve(source.rstrip("/") or "/")
         dest = Path(dest_dir)
-        dest.mkdir(parents=True, exist_ok=True)
+        budget = budget or default_budget()
 
-        def get() -> None:
-            with tempfile.TemporaryFile() as handle:
-                self._get_archive(target, handle)
-                with tarfile.open(fileobj=handle, mode="r") as archive:
-                    _extract_safely(archive, dest, PurePosixPath(target).name)
+        def get() -> SnapshotReport:
+            api = self._container.client.api
+            try:
+                response = api._get(api._url("/containers/{0}/archive", self._container.id),
+                                    params={"path": target}, stream=True,
+                                    headers={"Accept-Encoding": "identity"})
+                api._raise_for_status(response)
+            except docker.errors.NotFound:
+                raise FileNotFoundError(target) from None
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot read {target} from attempt {self.spec.attempt_id}: {exc}") from None
+            try:
+                reader = BoundedReader(response.raw.read, stream_limit(budget))
+                return extract_stream(reader, dest, PurePosixPath(target).name, budget)
+            finally:
+                response.close()
 
-        await asyncio.to_thread(get)
+        return await asyncio.to_thread(get)
 
 
 def engine_available(timeout: float = 3.0) -> bool:

@@ -34,6 +34,7 @@ from rebench.sandbox.base import (
     User,
     cap_output,
 )
+from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
@@ -338,9 +339,9 @@ class LocalSandbox:
             if read_only:
                 _make_read_only(destination)
 
-    async def copy_out(self, source: str, dest_dir: str) -> None:
-        shutil.copytree(self._host_path(source), dest_dir, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
+        budget = budget or default_budget()
+        return await asyncio.to_thread(copy_folder, self._host_path(source), Path(dest_dir), budget)
 
     async def alive(self) -> bool:
         return self._started and self.root.is_dir()
