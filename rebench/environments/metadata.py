@@ -113,6 +113,8 @@ def _describe(error: ErrorDetails) -> str:
         message = "unknown field"
     elif error["type"] == "literal_error":
         message = f"got {error.get('input')!r}; {message.lower()}"
+    elif error["type"] in ("byte_size", "byte_size_unit"):
+        message = f"got {error.get('input')!r}; allowed: a number of bytes or a size such as \"16 GiB\" or \"5 MB\""
     return f"field {location}: {message}"
 
 

@@ -204,8 +204,9 @@ class _Writer:
             return stat.S_ISDIR(os.lstat(target).st_mode)
         return True
 
-    def file(self, rel: PurePosixPath, source: IO[bytes], size: int, mode: int) -> bool:
-        """Write exactly `size` bytes (fewer if the source ends first)."""
+    def file(self, rel: PurePosixPath, source: IO[bytes], size: int, mode: int, mtime: float) -> bool:
+        """Write exactly `size` bytes (fewer if the source ends first), with only the
+        owner's execute bit kept from `mode`."""
         if not self._parent_ok(rel):
             return False
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -222,6 +223,7 @@ class _Writer:
                 out.write(chunk)
                 left -= len(chunk)
             os.fchmod(out.fileno(), 0o755 if mode & 0o111 else 0o644)
+        os.utime(self.dest / rel, (mtime, mtime), follow_symlinks=False)
         return True
 
     def hardlink(self, rel: PurePosixPath, existing: PurePosixPath) -> bool:
@@ -260,35 +262,21 @@ class CapReached(Exception):
 
 
 class BoundedReader:
-    """A read-only file over an iterator of byte chunks that refuses to read past `limit`
+    """A read-only file over a source's `read(n)` that never asks it for more than `limit`
     bytes in total, so no more than that is ever taken from the source."""
 
-    def __init__(self, chunks: Iterator[bytes] | Callable[[int], bytes], limit: int) -> None:
-        self._read_from = chunks if callable(chunks) else None
-        self._chunks = None if callable(chunks) else chunks
-        self._buffer = b""
+    def __init__(self, read: Callable[[int], bytes], limit: int) -> None:
+        self._read = read
         self.limit = limit
         self.read_bytes = 0
 
-    def _next(self, size: int) -> bytes:
-        if self._read_from is not None:
-            return self._read_from(size)
-        assert self._chunks is not None
-        return next(self._chunks, b"")
-
     def read(self, size: int = -1) -> bytes:
-        if size < 0:
-            size = self.limit - self.read_bytes + 1
-        if self.read_bytes + size > self.limit:
-            size = self.limit - self.read_bytes
-            if size <= 0:
+        room = self.limit - self.read_bytes
+        if size < 0 or size > room:
+            if room <= 0:
                 raise CapReached
-        while len(self._buffer) < size:
-            chunk = self._next(max(size - len(self._buffer), 64 * 1024))
-            if not chunk:
-                break
-            self._buffer += chunk
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
+            size = room
+        data = self._read(size)
         self.read_bytes += len(data)
         return data
 
@@ -304,7 +292,7 @@ def extract_stream(reader: BoundedReader, dest: Path, strip: str, budget: Snapsh
     writer = _Writer(dest)
     kept: set[PurePosixPath] = set()
     try:
-        with tarfile.open(fileobj=reader, mode="r|") as archive:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as archive:  # type: ignore[call-overload]
             for member in archive:
                 if not _extract_member(archive, member, strip, writer, kept, budget, report, reader):
                     report.stop(member.name.partition("/")[2] or member.name)
@@ -336,7 +324,7 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, strip: st
         why = budget.fits(member.size)
         if why is None:
             source = archive.extractfile(member)
-            if source is not None and writer.file(rel, source, member.size, member.mode):
+            if source is not None and writer.file(rel, source, member.size, member.mode, member.mtime):
                 budget.take(member.size)
                 report.bytes += member.size
                 report.files += 1
@@ -487,4 +475,4 @@ def _copy_regular(path: Path, info: os.stat_result, rel: PurePosixPath, writer: 
         now = os.fstat(handle.fileno())
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
             return False
-        return writer.file(rel, handle, info.st_size, info.st_mode)
+        return writer.file(rel, handle, info.st_size, info.st_mode, info.st_mtime)

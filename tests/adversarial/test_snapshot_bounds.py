@@ -268,3 +268,25 @@ def test_local_attempt_records_what_the_snapshot_left_out(fixture_envs: Path, tm
     assert shown.returncode == 0 and "snapshot" in shown.stdout and "big.bin" in shown.stdout
     shown_json = json.loads(run_cli("attempts", "show", str(attempt_id), "--json", "--db", str(db_path)).stdout)
     assert shown_json["snapshot_note"] == note
+
+
+def test_caps_come_from_the_profile_and_bad_ones_are_one_line_errors(tmp_path: Path) -> None:
+    from rebench.environments.metadata import load_metadata
+    from rebench.environments.registry import default_environments_dir
+    from rebench.errors import ConfigError
+
+    gpt2_xl_fp32 = 6.2e9
+    for toml in sorted(default_environments_dir().glob("*/environment.toml")):
+        metadata = load_metadata(toml)
+        assert metadata.profile("tiny").snapshot.max_bytes == 1 << 30, toml
+        assert metadata.profile("tiny").snapshot.max_files == 100_000, toml
+        assert metadata.profile("paper").snapshot.max_bytes >= 2 * gpt2_xl_fp32, toml
+    bad = tmp_path / "environment.toml"
+    base = (FIXTURES / "vault" / "environment.toml").read_text()
+    for value, shown in (('{ max_bytes = "lots" }', "'lots'"), ("{ max_files = 0 }", "max_files"),
+                         ('{ max_bytes = "1 GiB", extra = 1 }', "unknown field")):
+        bad.write_text(base + f"snapshot = {value}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_metadata(bad)
+        message = str(caught.value)
+        assert "\n" not in message and "profiles.tiny.snapshot" in message and shown in message, message
