@@ -220,27 +220,25 @@ class AttemptRunner:
 
         async def finish() -> None:
             snapshot: str | None = None
-            note: str | None = None
             if sandbox is not None:
                 target = self.snapshots_dir / f"attempt-{attempt_id}"
                 try:
                     report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
                 except Exception as exc:
-                    note = f"snapshot failed: {type(exc).__name__}: {exc}"
                     with contextlib.suppress(Exception):
-                        recorder.event("snapshot", error=note)
+                        recorder.event("snapshot", note=f"snapshot failed: {type(exc).__name__}: {exc}")
                 else:
-                    snapshot, note = str(target), report.note()
+                    snapshot = str(target)
                     with contextlib.suppress(Exception):
-                        recorder.event("snapshot", path=snapshot, **report.model_dump())
+                        recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
-            self._finalize_row(attempt_id, outcome, clock, snapshot, note)
+            self._finalize_row(attempt_id, outcome, clock, snapshot)
 
         await asyncio.shield(finish())
 
     def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      snapshot: str | None, snapshot_note: str | None = None) -> None:
+                      snapshot: str | None) -> None:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
             profile = self.env.profile(attempt.profile)
@@ -263,5 +261,4 @@ class AttemptRunner:
             attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)
             attempt.ended_at = _now()
             attempt.snapshot_path = snapshot
-            attempt.snapshot_note = snapshot_note
             attempt.submitted = outcome.submitted

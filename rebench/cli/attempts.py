@@ -86,7 +86,6 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
             "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
             "cached_tokens": attempt.cached_tokens, "cost_usd": attempt.cost_usd,
             "anchors_kind": attempt.anchors_kind, "snapshot_path": attempt.snapshot_path,
-            "snapshot_note": attempt.snapshot_note,
             "retry_of": attempt.retry_of, "counted": attempt.counted,
             "scores": [
                 {"kind": s.kind, "working_s": round(s.working_s, 2), "raw": s.raw, "valid": s.valid,
@@ -104,6 +103,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
                 for e in session.scalars(select(Event).where(Event.attempt_id == attempt_id).order_by(Event.seq))
             ],
         }
+    snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"]
+    detail["snapshot_note"] = snapshots[-1].get("note") if snapshots else None
     if json_output:
         print_json(detail)
         return

@@ -82,7 +82,6 @@ class Attempt(Base):
     final_normalized: Mapped[float | None] = mapped_column(Float)
     anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | imported
     snapshot_path: Mapped[str | None] = mapped_column(Text)
-    snapshot_note: Mapped[str | None] = mapped_column(Text)  # what the snapshot left out (cap, special files)
     import_sha256: Mapped[str | None] = mapped_column(String(64))
     import_row: Mapped[int | None] = mapped_column(Integer)
     external_id: Mapped[str | None] = mapped_column(String(128))
