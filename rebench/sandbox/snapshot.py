@@ -45,6 +45,7 @@ OVER_FILES = "over the snapshot entry cap"
 SPECIAL = "special file ({kind}) skipped"
 LINK_OUTSIDE = "link leading outside the solution folder"
 HARDLINK_OUTSIDE = "hard link to a file outside the solution folder"
+HARDLINK_LEFT_OUT = "hard link to a file that was left out"
 UNSUPPORTED = "unsupported entry type skipped"
 UNSAFE_NAME = "unsafe name skipped"
 NOT_A_FOLDER = "parent is not a folder of the snapshot"
@@ -345,8 +346,11 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, strip: st
         return _admit(why is None and writer.symlink(rel, member.linkname), name, why, budget, report)
     if member.islnk():
         existing = _safe_relative("/".join(PurePosixPath(member.linkname).parts[1:]))
-        if existing is None or existing not in kept or PurePosixPath(member.linkname).parts[0] != strip:
+        if existing is None or PurePosixPath(member.linkname).parts[0] != strip:
             report.leave_out(name, HARDLINK_OUTSIDE)
+            return True
+        if existing not in kept:
+            report.leave_out(name, HARDLINK_LEFT_OUT)
             return True
         return _admit(why is None and writer.hardlink(rel, existing), name, why, budget, report)
     if member.isfifo() or member.ischr() or member.isblk():
@@ -375,29 +379,29 @@ SKIPPED_NAMES = {"__pycache__"}
 
 
 def _walk(root: Path) -> Iterator[tuple[PurePosixPath, os.stat_result]]:
-    """Every entry under `root` in name order, folders before their contents; links not followed."""
-    stack: list[PurePosixPath] = [PurePosixPath()]
+    """Every entry under `root` depth first in name order, as Docker's archive lists them
+    (a folder, then its contents, then its next sibling); links are not followed."""
+    stack: list[Iterator[PurePosixPath]] = [_children(root, PurePosixPath())]
     while stack:
-        folder = stack.pop()
+        rel = next(stack[-1], None)
+        if rel is None:
+            stack.pop()
+            continue
         try:
-            names = sorted(os.listdir(root / folder))
+            info = os.lstat(root / rel)
         except OSError:
             continue
-        below: list[PurePosixPath] = []
-        for name in names:
-            if name in SKIPPED_NAMES:
-                continue
-            rel = folder / name
-            try:
-                info = os.lstat(root / rel)
-            except OSError:
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                yield rel, info
-                below.append(rel)
-            else:
-                yield rel, info
-        stack.extend(reversed(below))
+        yield rel, info
+        if stat.S_ISDIR(info.st_mode):
+            stack.append(_children(root, rel))
+
+
+def _children(root: Path, folder: PurePosixPath) -> Iterator[PurePosixPath]:
+    try:
+        names = sorted(os.listdir(root / folder))
+    except OSError:
+        names = []
+    return iter([folder / name for name in names if name not in SKIPPED_NAMES])
 
 
 def copy_folder(source: Path, dest: Path, budget: SnapshotBudget) -> SnapshotReport:
