@@ -29,6 +29,8 @@ def test_a_model_that_patches_the_enforcer_gets_no_valid_score(tmp_path: Path) -
     from rebench.environments.registry import EnvironmentRegistry
 
     base_image(docker_engine())
+    built = run_cli("envs", "build", "restricted_mlm", "--profile", "tiny", "--backend", "docker", timeout=1200)
+    assert built.returncode == 0, built.stderr
     vocab = EnvironmentRegistry(REPO / "environments").get("restricted_mlm").profile("tiny").params["vocab_size"]
     script = tmp_path / "patch-enforcer.yaml"
     script.write_text(yaml.safe_dump({"actions": [

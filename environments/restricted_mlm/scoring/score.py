@@ -214,10 +214,11 @@ class ScoredGraph:
             if len(args) != 2 or not isinstance(args[0], _Ref) or type(args[1]) is not int or kwargs:
                 raise ValueError("getitem takes a node and an index")
             return ("getitem", None, args, kwargs)
-        namespace, name, overload = (target.split(".") + ["", "", ""])[:3]
-        if namespace != "aten" or target.count(".") != 2:
+        parts = target.split(".")
+        if len(parts) != 3 or parts[0] != "aten":
             self.forbidden.append(target)
             return ("forbidden", target, None, None)
+        name, overload = parts[1], parts[2]
         self.ops.add(name)
         if name in _SKIPPED_OPS:
             return ("skip", None, None, None)
