@@ -145,8 +145,18 @@ _DTYPES = {name: getattr(torch, name) for name in (
     "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
 _LAYOUTS = {"strided": torch.strided}
 _MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format}
+# Allowed operators that return uninitialized memory: in this process it could hold freed copies
+# of held-out tokens, so the scorer fills their results with zeros.
+_UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
 # Assertions torch.export inserts; they compute nothing, so they are checked by name and skipped.
 _SKIPPED_OPS = frozenset({"_assert_tensor_metadata"})
+
+
+def _zero_filled(op: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return op(*args, **kwargs).zero_()
+
+    return call
 
 
 class BadGraph(Exception):
@@ -179,6 +189,8 @@ class ScoredGraph:
         for spec in specs:
             dtype = _DTYPES[spec["dtype"]]
             shape = [int(size) for size in spec["shape"]]
+            if any(size < 0 for size in shape):
+                raise ValueError(f"tensor shape {shape} has a negative size")
             nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             if int(spec["nbytes"]) != nbytes or offset + nbytes > len(payload):
                 raise ValueError(f"tensor of shape {shape} and dtype {spec['dtype']} has the wrong size")
@@ -228,7 +240,10 @@ class ScoredGraph:
         packet = getattr(torch.ops.aten, name)
         if overload not in packet.overloads():
             raise ValueError(f"aten.{name} has no overload {overload!r}")
-        return ("call", getattr(packet, overload), args, kwargs)
+        op = getattr(packet, overload)
+        if name in _UNINITIALIZED_OPS:  # this process held answers; never hand the graph stale memory
+            return ("call", _zero_filled(op), args, kwargs)
+        return ("call", op, args, kwargs)
 
     def _arg(self, value: Any, position: int) -> Any:
         """Decodes one argument; a node may refer only to nodes before it."""

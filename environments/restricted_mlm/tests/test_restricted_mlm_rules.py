@@ -352,8 +352,8 @@ def _handmade(*calls: dict) -> dict:
             "payload": payload}
 
 
-def _call(target: str, *args) -> dict:
-    return {"op": "call", "target": target, "args": {"list": list(args)}, "kwargs": {}}
+def _call(target: str, *args, **kwargs) -> dict:
+    return {"op": "call", "target": target, "args": {"list": list(args)}, "kwargs": kwargs}
 
 
 @pytest.mark.torch
@@ -402,3 +402,15 @@ def test_a_model_that_patches_the_enforcer_is_invalid(tmp_path: Path, layout) ->
     assert result["raw"] is None, result
     assert "not allowed" in result["message"]["error"]
     assert set(result["details"]["forbidden"]) == {"native_layer_norm", "tanh", "_log_softmax"}, result
+
+
+@pytest.mark.torch
+def test_the_graph_never_sees_the_scorers_freed_memory() -> None:
+    """The graph runs in the process that held the answers: `empty` must not hand it stale bytes."""
+    graph, _ = _graph(_handmade(_call("aten.empty.memory_format", {"list": [4096]}, dtype={"dtype": "float32"})))
+    found = []
+    for _ in range(20):
+        stale = torch.full((4096,), 7.0)
+        del stale
+        found.append(graph.forward(torch.zeros(2, 3, dtype=torch.long)))
+    assert all(not bool(out.any()) for out in found)
