@@ -102,11 +102,16 @@ class ModelWorker:
         try:
             header: dict[str, Any] = json.loads(line)
             nbytes = int(header.get("nbytes", 0))
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             raise WorkerFailed(f"the model process sent a malformed reply: {line[:200]!r}") from exc
-        header["payload"] = self.inbox.read(nbytes) if nbytes > 0 else b""
-        if len(header["payload"]) != max(nbytes, 0):
-            raise WorkerFailed(self._died())
+        chunks, left = [], max(nbytes, 0)
+        while left:  # in pieces: a claimed size is not allocated before the bytes arrive
+            chunk = self.inbox.read(min(left, 1 << 26))
+            if not chunk:
+                raise WorkerFailed(self._died())
+            chunks.append(chunk)
+            left -= len(chunk)
+        header["payload"] = b"".join(chunks)
         return header
 
     def _died(self) -> str:
@@ -177,7 +182,7 @@ class ScoredGraph:
         try:
             self.tensors = self._tensors(reply["tensors"], reply["payload"])
             self.nodes = [self._node(i, node) for i, node in enumerate(reply["graph"])]
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError, RecursionError) as exc:
             raise BadGraph(f"the exported graph is malformed: {type(exc).__name__}: {exc}"[:600]) from exc
         if not self.nodes or self.nodes[-1][0] != "output" or [n[0] for n in self.nodes].count("output") != 1:
             raise BadGraph("the exported graph must end in one output")

@@ -356,6 +356,13 @@ def _call(target: str, *args, **kwargs) -> dict:
     return {"op": "call", "target": target, "args": {"list": list(args)}, "kwargs": kwargs}
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {"node": 1}
+    for _ in range(depth):
+        value = {"list": [value]}
+    return value
+
+
 @pytest.mark.torch
 def test_an_allowed_operator_that_dispatches_to_a_forbidden_one_is_caught_when_the_scorer_runs_it() -> None:
     """`pad` is allowed by name, but reflection padding dispatches to a forbidden kernel."""
@@ -376,7 +383,8 @@ def test_an_allowed_operator_that_dispatches_to_a_forbidden_one_is_caught_when_t
     (_call("aten.add.NoSuchOverload", {"node": 1}, {"node": 1}), "no overload"),
     (_call("aten.add.Tensor", {"node": 1}, {"pickle": "cos\nsystem\n"}), "unknown argument"),
     ({"op": "get_attr", "target": "weight"}, "unknown node kind"),
-], ids=["forward-reference", "bad-overload", "unknown-argument", "other-node-kind"])
+    (_call("aten.add.Tensor", _nested(100_000), {"node": 1}), "RecursionError"),
+], ids=["forward-reference", "bad-overload", "unknown-argument", "other-node-kind", "deeply-nested"])
 def test_a_malformed_graph_is_refused_before_it_runs(call: dict, problem: str) -> None:
     scoring = _scoring_module("score")
     with pytest.raises(scoring["BadGraph"], match=problem):
