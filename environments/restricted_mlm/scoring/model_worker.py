@@ -1,34 +1,32 @@
-"""Runs the agent's model for the scorer, in a separate process that cannot read /protected.
+"""Builds the agent's model for the scorer and hands it over as a graph, in a confined process.
 
-The scorer (score.py) holds the held-out data; the agent's `model.py` runs here instead, so it
-never sees more than the masked inputs it is given. score.py starts this file's source with
-`python -c` under the helper's Landlock confinement (the file itself lies in /protected) and
-talks to it over two pipes: a JSON header line, then the payload bytes.
+The scorer (score.py) holds the held-out data and the rules; the agent's `model.py` runs only
+here. score.py starts this file's source with `python -c` under the helper's Landlock
+confinement (the file itself lies in /protected), and this process:
+
+1. imports model.py and calls `get_trained_model()`;
+2. exports the model's forward pass with `torch.export` for inputs of the scored shape
+   (static shapes) and decomposes it to core ATen operators;
+3. sends the graph back as plain JSON (each node: an ATen operator's name and its
+   arguments) followed by the raw bytes of its weights, and exits.
+
+The scorer checks every operator of that graph against the allow-list and runs the graph
+itself, so nothing model.py does in this process (patching an enforcer, say) reaches the
+check or the scored forward passes. Nothing is pickled: the scorer decodes only JSON and
+tensor bytes.
 
     python -c SOURCE SOLUTION_DIR DEVICE THREADS READ_FD WRITE_FD
 
-First message in: {"enforcer_source": ...}; out: {"ready": true} or {"error": ...}.
-Then per batch in: {"shape": [b, s], "nbytes": n} + int64 inputs + bool mask (b*s bytes);
-out: {"rows": r, "vocab": v, "nbytes": n, "seen": [...]} + float32 logits at the masked
-positions, or {"violation": op, "seen": [...]}, or {"error": ...}. An empty header line ends the worker.
+In: {"enforcer_source": ..., "shape": [batch, seq_len]}. Out: {"graph": ..., "tensors": [...],
+"nbytes": n} + the tensors' bytes, or {"error": ...}.
 """
 
 import importlib.util
 import json
+import operator
 import os
 import sys
 import types
-
-
-def read_exact(stream, n):
-    chunks, left = [], n
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            raise EOFError("the scorer closed the pipe")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def send(stream, header, payload=b""):
@@ -36,6 +34,93 @@ def send(stream, header, payload=b""):
     if payload:
         stream.write(payload)
     stream.flush()
+
+
+def load_model(solution, device, enforcer_source):
+    import torch
+
+    # The agent's `import torch_rule_enforcer` gets the read-only copy (for its own checks;
+    # the scored check does not run here).
+    enforcer = types.ModuleType("torch_rule_enforcer")
+    exec(compile(enforcer_source, "torch_rule_enforcer.py", "exec"), enforcer.__dict__)
+    sys.modules["torch_rule_enforcer"] = enforcer
+    sys.path.insert(0, solution)
+    spec = importlib.util.spec_from_file_location("solution_model", os.path.join(solution, "model.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {solution}/model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.get_trained_model()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"get_trained_model() returned {type(model).__name__}, expected a torch.nn.Module")
+    return model.to(device).eval()
+
+
+def encode(value, index):
+    """One argument of a graph node as JSON: nodes by index, torch enums by name."""
+    import torch
+
+    if isinstance(value, torch.fx.Node):
+        return {"node": index[value]}
+    if isinstance(value, (list, tuple)):
+        return {"list": [encode(item, index) for item in value]}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": value.type}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a graph argument of type {type(value).__name__} cannot be scored")
+
+
+def export_graph(model, shape, device):
+    """(header, payload): the decomposed forward graph and its tensors' bytes."""
+    import torch
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    example = torch.zeros(shape, dtype=torch.long, device=device)
+    with torch.no_grad():
+        program = torch.export.export(model, (example,)).run_decompositions()
+    outputs = program.graph_signature.output_specs
+    if [spec.kind for spec in outputs] != [OutputKind.USER_OUTPUT]:
+        raise ValueError("forward must return one tensor of logits and change no buffers or inputs")
+    placeholders = iter(program.graph_signature.input_specs)
+    nodes, tensors, chunks, index = [], [], [], {}
+    for node in program.graph.nodes:
+        index[node] = len(nodes)
+        if node.op == "placeholder":
+            spec = next(placeholders)
+            if spec.kind == InputKind.USER_INPUT:
+                nodes.append({"op": "input"})
+                continue
+            if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                raise TypeError(f"forward uses a {spec.kind.name.lower()}, which cannot be scored")
+            source = program.state_dict if spec.target in program.state_dict else program.constants
+            tensor = source[spec.target].detach().to("cpu").contiguous()
+            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+            nodes.append({"op": "tensor", "tensor": len(tensors)})
+            tensors.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+                            "nbytes": len(data)})
+            chunks.append(data)
+        elif node.op == "call_function":
+            if node.target is operator.getitem:
+                target = "getitem"
+            elif isinstance(node.target, torch._ops.OpOverload):
+                target = str(node.target)  # namespace.name.overload, e.g. aten.add.Tensor
+            else:
+                raise TypeError(f"forward calls {node.target}, which is not an ATen operator")
+            nodes.append({"op": "call", "target": target, "args": encode(node.args, index),
+                          "kwargs": {key: encode(value, index) for key, value in node.kwargs.items()}})
+        elif node.op == "output":
+            nodes.append({"op": "output", "args": encode(node.args[0], index)})
+        else:
+            raise TypeError(f"the exported graph has a {node.op} node, which cannot be scored")
+    payload = b"".join(chunks)
+    return {"graph": nodes, "tensors": tensors, "nbytes": len(payload)}, payload
 
 
 def main():
@@ -46,57 +131,17 @@ def main():
 
     torch.set_num_threads(int(threads))
     first = json.loads(inbox.readline())
-    enforcer = types.ModuleType("torch_rule_enforcer")
-    exec(compile(first["enforcer_source"], "torch_rule_enforcer.py", "exec"), enforcer.__dict__)
-    sys.modules["torch_rule_enforcer"] = enforcer  # the agent's `import torch_rule_enforcer` gets this one
     try:
-        sys.path.insert(0, solution)
-        spec = importlib.util.spec_from_file_location("solution_model", os.path.join(solution, "model.py"))
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {solution}/model.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        model = module.get_trained_model()
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"get_trained_model() returned {type(model).__name__}, expected a torch.nn.Module")
-        model = model.to(device)
-        model.eval()
+        model = load_model(solution, device, first["enforcer_source"])
     except Exception as exc:
         send(outbox, {"error": f"loading the model failed: {type(exc).__name__}: {exc}"[:600]})
         return
-    send(outbox, {"ready": True})
-    while True:
-        line = inbox.readline()
-        if not line.strip():
-            return
-        header = json.loads(line)
-        batch, seq = header["shape"]
-        inputs = torch.frombuffer(bytearray(read_exact(inbox, batch * seq * 8)), dtype=torch.int64)
-        mask = torch.frombuffer(bytearray(read_exact(inbox, batch * seq)), dtype=torch.bool)
-        inputs, mask = inputs.reshape(batch, seq).to(device), mask.reshape(batch, seq).to(device)
-        mode = None
-        try:
-            with torch.no_grad(), enforcer.restricted() as mode:
-                logits = model(inputs)
-        except enforcer.DisallowedOperationError as exc:
-            seen = sorted(mode.seen) if mode is not None else []
-            send(outbox, {"violation": (mode.violation if mode is not None else None) or "?", "detail": str(exc),
-                          "seen": seen})
-            continue
-        except Exception as exc:
-            send(outbox, {"error": f"forward failed: {type(exc).__name__}: {exc}"[:600]})
-            continue
-        if mode.violation:  # the forward pass caught the enforcer's error itself
-            send(outbox, {"violation": mode.violation, "seen": sorted(mode.seen)})
-            continue
-        if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != (batch, seq):
-            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            send(outbox, {"error": f"forward returned {shape}"})
-            continue
-        rows = logits[mask].float().cpu().contiguous()
-        payload = rows.numpy().tobytes()
-        send(outbox, {"rows": int(rows.shape[0]), "vocab": int(rows.shape[1]), "nbytes": len(payload),
-                      "seen": sorted(mode.seen)}, payload)
+    try:
+        header, payload = export_graph(model, tuple(first["shape"]), device)
+    except Exception as exc:
+        send(outbox, {"error": f"exporting the model with torch.export failed: {type(exc).__name__}: {exc}"[:600]})
+        return
+    send(outbox, header, payload)
 
 
 if __name__ == "__main__":

@@ -4,25 +4,30 @@ Called by the rebench scoring helper as `score(ctx)`; run directly (`python scor
 it prints a result without logging it (on the visible validation split when the
 held-out split is not readable).
 
-For each of `eval_batches` batches of `seq_len` tokens from the held-out split, every
-position is masked with probability `mask_prob` (replaced by `mask_id`); the model's
-forward pass runs inside torch_rule_enforcer.restricted(), and the loss is the mean
-cross-entropy at the masked positions. The model runs in a separate, confined process
-(model_worker.py) that gets only the masked inputs and cannot read /protected, so a
-model cannot look the answers up in the held-out file; this process computes the loss.
-Raw score = ln(loss - loss_offset), lower is better. A forbidden operation in the
-forward pass, a wrong output shape or a non-finite loss makes the score invalid (None).
+The agent's model.py runs only in a separate, confined child (model_worker.py) that cannot
+read /protected nor reach this process: it builds the model, exports its forward pass with
+torch.export for inputs of the scored shape, and sends the graph back as JSON plus weight
+bytes (nothing pickled), then exits. This process, which no agent code runs in, checks
+every operator of the graph against torch_rule_enforcer.ALLOWED_OPS (the read-only copy
+beside this file) and runs the graph itself, under torch_rule_enforcer.restricted(), on
+`eval_batches` batches of `seq_len` tokens from the held-out split, each position masked
+with probability `mask_prob` (replaced by `mask_id`). The loss is the mean cross-entropy
+at the masked positions. Raw score = ln(loss - loss_offset), lower is better. A model that
+cannot be exported, a forbidden operation in the graph or while it runs, a wrong output
+shape or a non-finite loss makes the score invalid (None).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,12 @@ class WorkerFailed(Exception):
 
 
 class ModelWorker:
-    """The agent's model, in a child process started through the helper's confinement
-    (`ctx["confine_command"]`), so code in model.py cannot read the held-out data this
-    process holds; see model_worker.py for the protocol."""
+    """Builds the agent's model in a child process started through the helper's confinement
+    (`ctx["confine_command"]`), so code in model.py cannot read the held-out data this process
+    holds nor touch this process; the child returns the exported graph (see model_worker.py)
+    and exits before any held-out batch is drawn."""
 
-    def __init__(self, ctx: dict[str, Any], solution: Path, device: str) -> None:
+    def __init__(self, ctx: dict[str, Any], solution: Path, device: str, shape: tuple[int, int]) -> None:
         here = Path(__file__).resolve().parent
         source = (here / "model_worker.py").read_text(encoding="utf-8")
         to_child, self._to_child = os.pipe()
@@ -57,14 +63,13 @@ class ModelWorker:
         self.inbox = os.fdopen(self._from_child, "rb")
         self.outbox = os.fdopen(self._to_child, "wb")
         try:
-            self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8")})
-            reply = self._receive()
-        except WorkerFailed:
+            self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8"),
+                        "shape": list(shape)})
+            self.reply = self._receive()
+        finally:
             self.close()
-            raise
-        if "error" in reply:
-            self.close()
-            raise WorkerFailed(str(reply["error"]))
+        if "error" in self.reply:
+            raise WorkerFailed(str(self.reply["error"]))
 
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
@@ -83,11 +88,9 @@ class ModelWorker:
     def output_tail(self) -> str:
         return b"".join(self._output).decode("utf-8", errors="replace")[-3000:]
 
-    def _send(self, header: dict[str, Any], *payloads: bytes) -> None:
+    def _send(self, header: dict[str, Any]) -> None:
         try:
             self.outbox.write(json.dumps(header).encode() + b"\n")
-            for payload in payloads:
-                self.outbox.write(payload)
             self.outbox.flush()
         except BrokenPipeError as exc:
             raise WorkerFailed(self._died()) from exc
@@ -96,12 +99,19 @@ class ModelWorker:
         line = self.inbox.readline()
         if not line:
             raise WorkerFailed(self._died())
-        header: dict[str, Any] = json.loads(line)
-        nbytes = int(header.get("nbytes", 0))
-        if nbytes:
-            header["payload"] = self.inbox.read(nbytes)
-            if len(header["payload"]) != nbytes:
+        try:
+            header: dict[str, Any] = json.loads(line)
+            nbytes = int(header.get("nbytes", 0))
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise WorkerFailed(f"the model process sent a malformed reply: {line[:200]!r}") from exc
+        chunks, left = [], max(nbytes, 0)
+        while left:  # in pieces: a claimed size is not allocated before the bytes arrive
+            chunk = self.inbox.read(min(left, 1 << 26))
+            if not chunk:
                 raise WorkerFailed(self._died())
+            chunks.append(chunk)
+            left -= len(chunk)
+        header["payload"] = b"".join(chunks)
         return header
 
     def _died(self) -> str:
@@ -113,24 +123,193 @@ class ModelWorker:
         self._drain.join(timeout=2)
         return f"the model process exited with {code}: {self.output_tail()[-600:]}"
 
-    def forward_masked(self, inputs: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
-        self._send({"shape": list(inputs.shape)}, inputs.astype(np.int64).tobytes(), mask.astype(np.bool_).tobytes())
-        return self._receive()
-
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.outbox.write(b"\n")
-            self.outbox.flush()
-        with contextlib.suppress(OSError):
             self.outbox.close()
+        with contextlib.suppress(OSError):
+            self.inbox.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        with contextlib.suppress(OSError):
-            self.inbox.close()
         self._drain.join(timeout=5)
+
+
+def _trusted_enforcer() -> types.ModuleType:
+    """The read-only enforcer beside this file (never a module of the same name on sys.path)."""
+    path = Path(__file__).resolve().parent / "torch_rule_enforcer.py"
+    spec = importlib.util.spec_from_file_location("restricted_mlm_trusted_enforcer", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_DTYPES = {name: getattr(torch, name) for name in (
+    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
+_LAYOUTS = {"strided": torch.strided}
+_MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format}
+# Allowed operators that return uninitialized memory: in this process it could hold freed copies
+# of held-out tokens, so the scorer fills their results with zeros.
+_UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
+# Assertions torch.export inserts; they compute nothing, so they are checked by name and skipped.
+_SKIPPED_OPS = frozenset({"_assert_tensor_metadata"})
+
+
+def _zero_filled(op: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return op(*args, **kwargs).zero_()
+
+    return call
+
+
+class BadGraph(Exception):
+    """The model's exported graph is malformed or uses something outside the allow-list."""
+
+
+class ScoredGraph:
+    """The model's forward pass as the child exported it, decoded here from JSON and bytes only
+    and run by this trusted process: every call must be an ATen operator on the allow-list
+    (`forbidden` names the others), and `forward` runs it under the trusted enforcer too, so an
+    allowed composite operator that dispatches to a forbidden one is caught as well."""
+
+    def __init__(self, reply: dict[str, Any], device: str, allowed: frozenset[str]) -> None:
+        self.device = torch.device(device)
+        self.allowed = allowed
+        self.forbidden: list[str] = []
+        self.ops: set[str] = set()
+        try:
+            self.tensors = self._tensors(reply["tensors"], reply["payload"])
+            self.nodes = [self._node(i, node) for i, node in enumerate(reply["graph"])]
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError, RecursionError) as exc:
+            raise BadGraph(f"the exported graph is malformed: {type(exc).__name__}: {exc}"[:600]) from exc
+        if not self.nodes or self.nodes[-1][0] != "output" or [n[0] for n in self.nodes].count("output") != 1:
+            raise BadGraph("the exported graph must end in one output")
+        if [n[0] for n in self.nodes].count("input") != 1:
+            raise BadGraph("the exported graph must take exactly one input (the token ids)")
+
+    def _tensors(self, specs: list[dict[str, Any]], payload: bytes) -> list[torch.Tensor]:
+        tensors, offset = [], 0
+        for spec in specs:
+            dtype = _DTYPES[spec["dtype"]]
+            shape = [int(size) for size in spec["shape"]]
+            if any(size < 0 for size in shape):
+                raise ValueError(f"tensor shape {shape} has a negative size")
+            nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            if int(spec["nbytes"]) != nbytes or offset + nbytes > len(payload):
+                raise ValueError(f"tensor of shape {shape} and dtype {spec['dtype']} has the wrong size")
+            data = bytearray(payload[offset:offset + nbytes])
+            flat = torch.frombuffer(data, dtype=dtype) if nbytes else torch.empty(0, dtype=dtype)
+            tensors.append(flat.reshape(shape).to(self.device))
+            offset += nbytes
+        if offset != len(payload):
+            raise ValueError("extra bytes after the tensors")
+        return tensors
+
+    def _node(self, position: int, node: dict[str, Any]) -> tuple[str, Any, Any, Any]:
+        kind = node["op"]
+        if kind == "input":
+            return ("input", None, None, None)
+        if kind == "tensor":
+            return ("tensor", self.tensors[int(node["tensor"])], None, None)
+        if kind == "output":
+            out = self._arg(node["args"], position)
+            if isinstance(out, list) and len(out) == 1:
+                out = out[0]
+            if not isinstance(out, _Ref):
+                raise ValueError("the output must be one tensor")
+            return ("output", out, None, None)
+        if kind != "call":
+            raise ValueError(f"unknown node kind {kind!r}")
+        args, kwargs = self._arg(node["args"], position), {str(k): self._arg(v, position)
+                                                           for k, v in dict(node["kwargs"]).items()}
+        if not isinstance(args, list):
+            raise ValueError("call arguments must be a list")
+        target = str(node["target"])
+        if target == "getitem":
+            if len(args) != 2 or not isinstance(args[0], _Ref) or type(args[1]) is not int or kwargs:
+                raise ValueError("getitem takes a node and an index")
+            return ("getitem", None, args, kwargs)
+        parts = target.split(".")
+        if len(parts) != 3 or parts[0] != "aten":
+            self.forbidden.append(target)
+            return ("forbidden", target, None, None)
+        name, overload = parts[1], parts[2]
+        self.ops.add(name)
+        if name in _SKIPPED_OPS:
+            return ("skip", None, None, None)
+        if name not in self.allowed:
+            self.forbidden.append(name)
+            return ("forbidden", name, None, None)
+        packet = getattr(torch.ops.aten, name)
+        if overload not in packet.overloads():
+            raise ValueError(f"aten.{name} has no overload {overload!r}")
+        op = getattr(packet, overload)
+        if name in _UNINITIALIZED_OPS:  # this process held answers; never hand the graph stale memory
+            return ("call", _zero_filled(op), args, kwargs)
+        return ("call", op, args, kwargs)
+
+    def _arg(self, value: Any, position: int) -> Any:
+        """Decodes one argument; a node may refer only to nodes before it."""
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict) and len(value) == 1:
+            (tag, inner), = value.items()
+            if tag == "node":
+                if type(inner) is not int or not 0 <= inner < position:
+                    raise ValueError(f"node {position} refers to node {inner!r}")
+                return _Ref(inner)
+            if tag == "list":
+                return [self._arg(item, position) for item in inner]
+            if tag == "dtype":
+                return _DTYPES[inner]
+            if tag == "device":
+                return self.device  # the graph runs where the scorer runs it
+            if tag == "layout":
+                return _LAYOUTS[inner]
+            if tag == "memory_format":
+                return _MEMORY_FORMATS[inner]
+        raise ValueError(f"unknown argument {str(value)[:100]}")
+
+    def forward(self, inputs: torch.Tensor) -> Any:
+        values: list[Any] = []
+
+        def resolve(value: Any) -> Any:
+            if isinstance(value, _Ref):
+                return values[value.index]
+            if isinstance(value, list):
+                return [resolve(item) for item in value]
+            return value
+
+        for kind, target, args, kwargs in self.nodes:
+            if kind == "input":
+                values.append(inputs)
+            elif kind == "tensor":
+                values.append(target)
+            elif kind == "call":
+                values.append(target(*resolve(args), **resolve(kwargs)))
+            elif kind == "getitem":
+                container = resolve(args[0])
+                if not isinstance(container, (list, tuple)):
+                    raise TypeError("getitem of something that is not a tuple")
+                values.append(container[args[1]])
+            elif kind == "skip":
+                values.append(None)
+            elif kind == "output":
+                return resolve(target)
+            else:
+                raise BadGraph(f"operation {target!r} is not allowed in the forward pass")
+        raise BadGraph("the graph has no output")
+
+
+class _Ref:
+    """A reference to an earlier node's value."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
 
 
 def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float, mask_id: int, seed: int):
@@ -155,34 +334,44 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     if not os.access(data_path, os.R_OK):
         data_path = home / "data" / "val.bin"
         message["note"] = "held-out data not readable here: scored on data/val.bin (use the score tool)"
-    vocab, seq_len = int(ctx["vocab_size"]), int(ctx["seq_len"])
+    vocab, seq_len, batch_size = int(ctx["vocab_size"]), int(ctx["seq_len"]), int(ctx["eval_batch_size"])
+    shape_error = f"expected logits of shape [batch, {seq_len}, {vocab}]"
+    enforcer = _trusted_enforcer()
     try:
-        worker = ModelWorker(ctx, solution, device)
-    except WorkerFailed as exc:
+        worker = ModelWorker(ctx, solution, device, (batch_size, seq_len))
+        graph = ScoredGraph(worker.reply, device, enforcer.ALLOWED_OPS)
+    except (WorkerFailed, BadGraph) as exc:
         return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
+    if graph.forbidden:
+        error = f"rule violation: operation {graph.forbidden[0]!r} is not allowed in the forward pass"
+        return {"raw": None, "message": {**message, "error": error},
+                "details": {"ops_seen": sorted(graph.ops), "forbidden": sorted(set(graph.forbidden))}}
     total, count = 0.0, 0
     seen: set[str] = set()
-    try:
-        for inputs, targets, mask in batches(data_path, int(ctx["eval_batches"]), int(ctx["eval_batch_size"]),
-                                             seq_len, float(ctx["mask_prob"]), int(ctx["mask_id"]), seed=0):
-            reply = worker.forward_masked(inputs, mask)
-            seen |= set(reply.get("seen", []))
-            if "violation" in reply:
-                error = f"rule violation: operation {reply['violation']!r} is not allowed in the forward pass"
-                return {"raw": None, "message": {**message, "error": error},
-                        "details": {"ops_seen": sorted(seen), "detail": str(reply.get("detail", ""))[:600]}}
-            if "error" in reply or int(reply.get("vocab", -1)) != vocab or int(reply["rows"]) != int(mask.sum()):
-                problem = reply.get("error") or f"forward returned {reply.get('vocab')} logits per position"
-                return {"raw": None, "message": {**message, "error": f"{problem}, expected logits of shape "
-                                                 f"[batch, {seq_len}, {vocab}]"[:600]}, "details": {}}
-            logits = torch.frombuffer(bytearray(reply["payload"]), dtype=torch.float32).reshape(-1, vocab)
-            loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(targets[mask]), reduction="sum")
-            total += float(loss)
-            count += int(mask.sum())
-    except WorkerFailed as exc:
-        return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
-    finally:
-        worker.close()
+    for inputs, targets, mask in batches(data_path, int(ctx["eval_batches"]), batch_size,
+                                         seq_len, float(ctx["mask_prob"]), int(ctx["mask_id"]), seed=0):
+        mode = None
+        try:
+            with torch.no_grad(), enforcer.restricted() as mode:
+                logits = graph.forward(torch.from_numpy(inputs).to(device))
+        except enforcer.DisallowedOperationError:
+            pass
+        except Exception as exc:
+            return {"raw": None, "message": {**message, "error": f"forward failed: {type(exc).__name__}: {exc}"[:600]},
+                    "details": {}}
+        assert mode is not None
+        seen |= mode.seen
+        if mode.violation:
+            error = f"rule violation: operation {mode.violation!r} is not allowed in the forward pass"
+            return {"raw": None, "message": {**message, "error": error}, "details": {"ops_seen": sorted(seen)}}
+        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (batch_size, seq_len, vocab):
+            found = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            return {"raw": None, "message": {**message, "error": f"forward returned {found}, {shape_error}"},
+                    "details": {}}
+        rows = logits[torch.from_numpy(mask).to(logits.device)].float().cpu()
+        loss = torch.nn.functional.cross_entropy(rows, torch.from_numpy(targets[mask]), reduction="sum")
+        total += float(loss)
+        count += int(mask.sum())
     loss_value = total / max(count, 1)
     message["loss"] = round(loss_value, 4)
     if not math.isfinite(loss_value):
@@ -191,7 +380,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     raw = math.log(max(loss_value - offset, 1e-6))
     return {"raw": raw, "message": message,
             "details": {"loss": loss_value, "masked_tokens": count, "loss_offset": offset, "ops_seen": sorted(seen),
-                        "data": data_path.name, "model_confined": worker.confined}}
+                        "data": data_path.name, "model_confined": worker.confined,
+                        "graph_nodes": len(graph.nodes)}}
 
 
 def _direct_context() -> dict[str, Any]:

@@ -237,3 +237,188 @@ def test_a_model_process_that_dies_mid_scoring_is_invalid_not_a_hang(tmp_path: P
     result = layout.run_score(env, "tiny", paths)
     assert result["raw"] is None, result
     assert "exited with 3" in result["message"]["error"] and "about to quit" in result["message"]["error"], result
+
+
+RULE_BREAKING_MODEL = '''
+"""A hostile model: it switches off every enforcer it can reach, then uses forbidden operations."""
+import contextlib
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class _Quiet:
+    seen = set()
+    violation = None
+
+
+@contextlib.contextmanager
+def _no_rules():
+    yield _Quiet()
+
+
+def _pass_through(self, func, types, args=(), kwargs=None):
+    return func(*args, **(kwargs or {{}}))
+
+
+try:
+    import torch_rule_enforcer
+except ImportError:
+    torch_rule_enforcer = None
+for module in [torch_rule_enforcer, *[m for name, m in list(sys.modules.items()) if "enforcer" in name]]:
+    if module is not None:
+        module.restricted = _no_rules
+        if hasattr(module, "RestrictedMode"):
+            module.RestrictedMode.__torch_dispatch__ = _pass_through
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding({vocab}, 32)
+        self.norm = nn.LayerNorm(32)
+        self.out = nn.Linear(32, {vocab})
+
+    def forward(self, token_indices):
+        return F.log_softmax(self.out(torch.tanh(self.norm(self.emb(token_indices)))), dim=-1)
+
+
+def get_trained_model():
+    return Net()
+'''
+
+FORBIDDEN_IN_RULE_BREAKING_MODEL = ("layer_norm", "tanh", "log_softmax")
+
+
+def _scoring_module(name: str) -> dict:
+    import runpy
+
+    return runpy.run_path(str(ENV / "scoring" / f"{name}.py"), run_name=f"restricted_mlm_{name}")
+
+
+def _exported(model: torch.nn.Module, shape: tuple[int, int]) -> dict:
+    """What the confined child sends the scorer for `model` (header and weight bytes)."""
+    header, payload = _scoring_module("model_worker")["export_graph"](model.eval(), shape, "cpu")
+    return {**header, "payload": payload}
+
+
+def _graph(reply: dict):
+    scoring = _scoring_module("score")
+    return scoring["ScoredGraph"](reply, "cpu", enforcer.ALLOWED_OPS), scoring
+
+
+@pytest.mark.torch
+def test_the_scorer_finds_every_forbidden_operation_in_the_exported_graph() -> None:
+    """The check runs on the exported graph in the scorer's process: what model.py patched in
+    its own process (here, this test's enforcer module) does not change the verdict."""
+    namespace: dict = {}
+    exec(RULE_BREAKING_MODEL.format(vocab=16), namespace)  # also rebinds enforcer.restricted here
+    try:
+        graph, _ = _graph(_exported(namespace["get_trained_model"](), (2, 8)))
+    finally:
+        import importlib
+
+        importlib.reload(enforcer)
+    assert set(graph.forbidden) == {"native_layer_norm", "tanh", "_log_softmax"}, graph.forbidden
+
+
+@pytest.mark.torch
+def test_the_reference_graph_passes_the_check_and_runs_as_the_model_does() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("restricted_mlm_reference_model", ENV / "reference" / "model.py")
+    assert spec is not None and spec.loader is not None
+    reference_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference_model)
+    net = reference_model.ConvMLM(vocab_size=16, width=8, layers=2, kernel=5, hidden=12)
+    graph, _ = _graph(_exported(net, (2, 10)))
+    assert graph.forbidden == []
+    tokens = torch.randint(0, 16, (2, 10))
+    with torch.no_grad(), enforcer.restricted() as mode:
+        out = graph.forward(tokens)
+    assert mode.violation is None and "as_strided" in mode.seen
+    assert torch.allclose(out, net(tokens).detach(), atol=1e-6)
+
+
+def _handmade(*calls: dict) -> dict:
+    """A graph as a hostile child could send it: input, one weight, the calls, output of the last."""
+    weight = torch.ones(2, 3)
+    payload = weight.numpy().tobytes()
+    nodes = [{"op": "input"}, {"op": "tensor", "tensor": 0}, *calls,
+             {"op": "output", "args": {"list": [{"node": 1 + len(calls)}]}}]
+    return {"graph": nodes, "tensors": [{"dtype": "float32", "shape": [2, 3], "nbytes": len(payload)}],
+            "payload": payload}
+
+
+def _call(target: str, *args, **kwargs) -> dict:
+    return {"op": "call", "target": target, "args": {"list": list(args)}, "kwargs": kwargs}
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {"node": 1}
+    for _ in range(depth):
+        value = {"list": [value]}
+    return value
+
+
+@pytest.mark.torch
+def test_an_allowed_operator_that_dispatches_to_a_forbidden_one_is_caught_when_the_scorer_runs_it() -> None:
+    """`pad` is allowed by name, but reflection padding dispatches to a forbidden kernel."""
+    graph, _ = _graph(_handmade(_call("aten.pad.default", {"node": 1}, {"list": [1, 1]}, "reflect")))
+    assert graph.forbidden == []
+    with torch.no_grad():
+        try:
+            with enforcer.restricted() as mode:
+                graph.forward(torch.zeros(2, 3, dtype=torch.long))
+        except enforcer.DisallowedOperationError:
+            pass
+    assert mode.violation == "reflection_pad1d"
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("call", "problem"), [
+    (_call("aten.add.Tensor", {"node": 1}, {"node": 2}), "refers to node 2"),
+    (_call("aten.add.NoSuchOverload", {"node": 1}, {"node": 1}), "no overload"),
+    (_call("aten.add.Tensor", {"node": 1}, {"pickle": "cos\nsystem\n"}), "unknown argument"),
+    ({"op": "get_attr", "target": "weight"}, "unknown node kind"),
+    (_call("aten.add.Tensor", _nested(100_000), {"node": 1}), "RecursionError"),
+], ids=["forward-reference", "bad-overload", "unknown-argument", "other-node-kind", "deeply-nested"])
+def test_a_malformed_graph_is_refused_before_it_runs(call: dict, problem: str) -> None:
+    scoring = _scoring_module("score")
+    with pytest.raises(scoring["BadGraph"], match=problem):
+        scoring["ScoredGraph"](_handmade(call), "cpu", enforcer.ALLOWED_OPS)
+
+
+@pytest.mark.torch
+def test_operators_outside_aten_are_forbidden_by_name() -> None:
+    graph, _ = _graph(_handmade(_call("mylib.secret_op.default", {"node": 1}),
+                                _call("aten.div.Tensor", {"node": 1}, {"node": 1})))
+    assert graph.forbidden == ["mylib.secret_op.default", "div"]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_model_that_patches_the_enforcer_is_invalid(tmp_path: Path, layout) -> None:
+    """Through the real helper and confined child (the Docker case is in tests/adversarial)."""
+    env = layout.environment("restricted_mlm")
+    paths = layout.lay_out(env, "tiny", tmp_path / "patch")
+    (paths["solution"] / "model.py").write_text(
+        RULE_BREAKING_MODEL.format(vocab=env.profile("tiny").params["vocab_size"]))
+    result = layout.run_score(env, "tiny", paths)
+    assert result["raw"] is None, result
+    assert "not allowed" in result["message"]["error"]
+    assert set(result["details"]["forbidden"]) == {"native_layer_norm", "tanh", "_log_softmax"}, result
+
+
+@pytest.mark.torch
+def test_the_graph_never_sees_the_scorers_freed_memory() -> None:
+    """The graph runs in the process that held the answers: `empty` must not hand it stale bytes."""
+    graph, _ = _graph(_handmade(_call("aten.empty.memory_format", {"list": [4096]}, dtype={"dtype": "float32"})))
+    found = []
+    for _ in range(20):
+        stale = torch.full((4096,), 7.0)
+        del stale
+        found.append(graph.forward(torch.zeros(2, 3, dtype=torch.long)))
+    assert all(not bool(out.any()) for out in found)

@@ -2,8 +2,10 @@
 
 The scorer imports this file and calls `get_trained_model()`, which must return a
 torch.nn.Module whose forward(token_indices[B, seq_len]) returns logits[B, seq_len, vocab].
-Only the forward pass is restricted (see torch_rule_enforcer.py in your home folder);
-training code and get_trained_model() itself are not.
+The scorer exports the forward pass with torch.export (static input shape) and checks
+and runs the exported graph in its own process, so forward must be exportable. Only the
+forward pass is restricted (see torch_rule_enforcer.py in your home folder); training
+code and get_trained_model() itself are not.
 
 The starting model is a per-token MLP (it ignores context): embedding, two hidden ReLU
 layers, output layer; `train.py` trained it into basic_model.pt.
