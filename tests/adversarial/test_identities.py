@@ -1,0 +1,102 @@
+"""Separate identities on the Docker backend, with the freeze left out: even an agent process
+that runs beside a score call cannot read, trace or signal the scorer, and the submitted code
+the scorer runs (as `subject`) can signal or read neither the scorer nor the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker_support import docker_engine, run, started_sandbox
+
+pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
+
+PAYLOADS = Path(__file__).parent / "payloads"
+SUBJECT_PROBE = """
+import os
+found = []
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) not in (1, os.getpid()):
+        try:
+            uid = os.stat("/proc/" + entry).st_uid
+        except OSError:
+            continue
+        try:
+            os.kill(int(entry), 0)
+            found.append(f"SIGNAL {entry} (uid {uid})")
+        except OSError:
+            pass
+        try:
+            open(f"/proc/{entry}/environ", "rb").read()
+            found.append(f"READ {entry} (uid {uid})")
+        except OSError:
+            pass
+print({"ids": list(os.getresuid()), "groups": os.getgroups(), "found": found})
+"""
+PROGRAM = f'''import ast, subprocess, sys, time
+
+def score(ctx):
+    time.sleep(1.5)  # long enough for the agent's reader to look at every process
+    child = subprocess.run([*ctx["confine_command"], sys.executable, "-c", {SUBJECT_PROBE!r}],
+                           capture_output=True, text=True, timeout=30)
+    time.sleep(1.5)
+    return {{"raw": 1.0, "message": {{"subject": ast.literal_eval(child.stdout.strip().splitlines()[-1]),
+                                    "first_line": child.stderr.splitlines()[:1]}}}}
+'''
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    from rebench.images import build_base_image, default_ca_bundle
+
+    return str(build_base_image(docker_engine(), "cpu", ca_bundle=default_ca_bundle()))
+
+
+def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer(image: str) -> None:
+    from rebench.sandbox.docker import _SCORER_REQUEST
+
+    async def body(sb: Any) -> tuple[dict[str, Any], str, Any]:
+        await sb.write_file("/protected/probe/score.py", PROGRAM.encode(), user="root")
+        await sb.write_file("/protected/probe/params.json",
+                            json.dumps({"protected": "/protected", "solution": sb.paths.solution}).encode(),
+                            user="root")
+        for name in ("common.py", "procread.py"):
+            await sb.write_file(name, (PAYLOADS / name).read_bytes())
+        started = await sb.exec("setsid nohup python3 procread.py 6 >/dev/null 2>&1 < /dev/null & sleep 0.3")
+        assert started.ok, started.stderr
+        # The scorer's own request, less the freeze: what the identities hold by themselves.
+        request = {key: value for key, value in _SCORER_REQUEST.items() if key != "freeze_users"}
+        reply = await sb._channel.request({
+            "op": "exec", "user": "scorer", "groups": ["protected"], "cwd": sb.paths.home, "timeout": 60,
+            "limit": 100_000, "reap_groups": ["protected"], "env": {"REBENCH_SUBJECT_USER": "subject"},
+            "argv": ["python3", sb.paths.helper, "--program", "/protected/probe/score.py",
+                     "--params", "/protected/probe/params.json", "--out", "/protected/results/probe.json"],
+            **request,
+        })
+        assert reply["exit_code"] == 0, (reply, base64.b64decode(reply["stderr"]["head"]))
+        result = json.loads(await sb.read_file("/protected/results/probe.json"))
+        for _ in range(100):
+            log = (await sb.read_file("attack.log")).decode()
+            if "done," in log:
+                break
+            await asyncio.sleep(0.1)
+        return result, log, await sb.exec("ls procdump")
+
+    async def go() -> tuple[dict[str, Any], str, Any]:
+        async with started_sandbox(image) as sb:
+            return await body(sb)
+
+    result, log, dumped = run(go())
+    subject = result["message"]["subject"]
+    assert result["message"]["first_line"] == ["rebench-confine: active"]
+    assert subject["ids"] == [1003, 1003, 1003] and subject["groups"] == []
+    assert subject["found"] == []  # no process of the scorer or the agent can be signalled or read
+    seen = int(log.rsplit("done, ", 1)[1].split()[0])
+    assert seen >= 3, log  # the helper, its worker and the subject were all there to try
+    assert "READ" not in log and "SIGNAL" not in log, log
+    assert dumped.stdout.strip() == ""
