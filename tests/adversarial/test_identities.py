@@ -58,7 +58,9 @@ def image() -> str:
 
 
 def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer(image: str) -> None:
-    from rebench.sandbox.docker import _SCORER_REQUEST
+    from rebench.sandbox.docker import _SCORER_REQUEST, _USERS
+
+    account, groups = _USERS["scorer"]
 
     async def body(sb: Any) -> tuple[dict[str, Any], str, Any]:
         await sb.write_file("/protected/probe/score.py", PROGRAM.encode(), user="root")
@@ -72,8 +74,8 @@ def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer
         # The scorer's own request, less the freeze: what the identities hold by themselves.
         request = {key: value for key, value in _SCORER_REQUEST.items() if key != "freeze_users"}
         reply = await sb._channel.request({
-            "op": "exec", "user": "scorer", "groups": ["protected"], "cwd": sb.paths.home, "timeout": 60,
-            "limit": 100_000, "reap_groups": ["protected"], "env": {"REBENCH_SUBJECT_USER": "subject"},
+            "op": "exec", "user": account, "groups": groups, "cwd": sb.paths.home, "timeout": 60,
+            "limit": 100_000, "reap_groups": groups, "env": {"REBENCH_SUBJECT_USER": "subject"},
             "argv": ["python3", sb.paths.helper, "--program", "/protected/probe/score.py",
                      "--params", "/protected/probe/params.json", "--out", "/protected/results/probe.json"],
             **request,
