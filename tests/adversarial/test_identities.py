@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.docker_support import docker_engine, run, started_sandbox
+from tests.docker_support import base_image, docker_engine, run, started_sandbox
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
 
@@ -52,9 +52,7 @@ def score(ctx):
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    from rebench.images import build_base_image, default_ca_bundle
-
-    return str(build_base_image(docker_engine(), "cpu", ca_bundle=default_ca_bundle()))
+    return base_image(docker_engine())
 
 
 def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer(image: str) -> None:
@@ -102,3 +100,32 @@ def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer
     assert seen >= 3, log  # the helper, its worker and the subject were all there to try
     assert "READ" not in log and "SIGNAL" not in log, log
     assert dumped.stdout.strip() == ""
+
+
+def test_the_freeze_holds_through_a_timed_out_score_call_and_is_undone(image: str) -> None:
+    """A score call that times out still resumes the agent; while it runs, the agent's
+    double-forked job makes no progress and the agent gets no new command."""
+    ticker = "while :; do date +%s%N > /tmp/tick; sleep 0.05; done"
+
+    async def body(sb: Any) -> tuple[Any, ...]:
+        await sb.exec(f"( setsid sh -c '{ticker}' >/dev/null 2>&1 < /dev/null & ) ; sleep 0.5")
+        scoring = asyncio.create_task(
+            sb.exec(["sh", "-c", "cat /tmp/tick; sleep 1; cat /tmp/tick; sleep 30"], user="scorer", timeout=3))
+        await asyncio.sleep(1.0)
+        refused = await sb.exec("echo ran")
+        timed = await scoring
+        after = await sb.exec("cat /tmp/tick; sleep 0.5; cat /tmp/tick")
+        return refused, timed, after
+
+    async def go() -> tuple[Any, ...]:
+        async with started_sandbox(image) as sb:
+            return await body(sb)
+
+    refused, timed, after = run(go())
+    assert refused.exit_code == 126 and "paused while a score call runs" in refused.stderr
+    assert "ran" not in refused.stdout
+    assert timed.timed_out
+    first, second = timed.stdout.split()
+    assert first == second  # frozen for the whole call
+    before, later = after.stdout.split()
+    assert int(later) > int(before)  # running again after the timeout
