@@ -538,6 +538,8 @@ class DockerSandbox:
             # Scoring runs with the protected group: nothing it started may outlive it.
             "reap_groups": groups,
             **(_SCORER_REQUEST if user == "scorer" else {}),
+            # The scorer and the submitted code are other users now: they must be able to read it.
+            **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
         }
         started = time.monotonic()
         request_id, reply = channel.send(request)

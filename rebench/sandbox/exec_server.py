@@ -24,7 +24,8 @@ call started may outlive it). `freeze_users`: before the command starts, every
 process of these users is stopped (SIGSTOP, swept until no new one appears, so a
 process that forked or left its session is caught too), and exactly those are
 continued when the command ends, however it ends; while they are frozen, commands
-as these users are refused. `caps`: capabilities the command keeps as ambient ones
+as these users are refused; `share_read` folders are then made readable to others
+where these users own them (see share_read). `caps`: capabilities the command keeps as ambient ones
 after the user switch (the bounding set is cut to them), e.g. `["setuid", "setgid"]`
 for the scorer, which runs the submitted code as a third user. The reply carries the exit code (128+signal
 when killed), head and tail of stdout and stderr within `limit` bytes each with
@@ -44,6 +45,7 @@ import pwd
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -223,6 +225,48 @@ def thaw(stopped: dict[int, str]) -> None:
         if fields is not None and fields[19].decode() == start:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
+
+
+SHARE_LIMIT = 200_000
+"""At most this many entries of the agent's solution are looked at per score call."""
+
+
+def share_read(roots: list[str], uid: int) -> None:
+    """Let the scorer and the submitted code (other users) read what `uid` owns beneath
+    `roots`: read permission for others on files and folders, search on folders (and on
+    the folders above a root). Scoring used to run as the agent and read even its 0600
+    files; it no longer does. Symbolic links are neither followed nor changed; the
+    owner is frozen meanwhile, so nothing can be swapped under this walk."""
+
+    def widen(path: str, folder_only: bool = False) -> None:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if info.st_uid != uid or stat.S_ISLNK(info.st_mode):
+            return
+        is_dir = stat.S_ISDIR(info.st_mode)
+        if folder_only and not is_dir:
+            return
+        wanted = stat.S_IXOTH if folder_only else stat.S_IROTH
+        if is_dir or info.st_mode & stat.S_IXUSR:
+            wanted |= stat.S_IXOTH
+        if info.st_mode & wanted != wanted:
+            with contextlib.suppress(OSError):
+                os.chmod(path, stat.S_IMODE(info.st_mode) | wanted)
+
+    seen = 0
+    for root in roots:
+        parent = os.path.dirname(root.rstrip("/"))
+        while parent not in ("", "/"):
+            widen(parent, folder_only=True)
+            parent = os.path.dirname(parent)
+        for folder, _, files in os.walk(root):
+            for path in (folder, *(os.path.join(folder, name) for name in files)):
+                widen(path)
+                seen += 1
+            if seen > SHARE_LIMIT:
+                return
 
 
 def kill_matching(match: Callable[[str], bool]) -> int:
@@ -441,6 +485,8 @@ class Server:
             self._refuse(request, exc)
             return
         try:
+            for owner in freeze:
+                share_read([str(p) for p in request.get("share_read") or []], owner)
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

@@ -129,3 +129,23 @@ def test_the_freeze_holds_through_a_timed_out_score_call_and_is_undone(image: st
     assert first == second  # frozen for the whole call
     before, later = after.stdout.split()
     assert int(later) > int(before)  # running again after the timeout
+
+
+def test_the_scorer_can_read_an_agents_private_files_in_the_solution(image: str) -> None:
+    """Scoring no longer runs as the agent, so what the agent made 0600 (mkstemp, umask 077)
+    or closed (its home 0700) is opened up for the score call, as RE-Bench's scorer could read it."""
+
+    async def body(sb: Any) -> Any:
+        made = await sb.exec(f"umask 077; mkdir -p {sb.paths.solution} && cd {sb.paths.solution}"
+                             " && mkdir -p deep/er && echo inner > deep/er/file.txt && echo top > top.txt"
+                             " && chmod 700 /home/agent")
+        assert made.ok, made.stderr
+        return await sb.exec(["cat", f"{sb.paths.solution}/deep/er/file.txt", f"{sb.paths.solution}/top.txt"],
+                             user="scorer")
+
+    async def go() -> Any:
+        async with started_sandbox(image) as sb:
+            return await body(sb)
+
+    read = run(go())
+    assert read.ok and read.stdout.split() == ["inner", "top"], read.stderr
