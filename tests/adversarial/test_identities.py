@@ -103,14 +103,19 @@ def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer
 
 
 def test_the_freeze_holds_through_a_timed_out_score_call_and_is_undone(image: str) -> None:
-    """A score call that times out still resumes the agent; while it runs, the agent's
-    double-forked job makes no progress and the agent gets no new command."""
+    """A score call that times out still resumes the agent. While it runs, the agent's
+    double-forked job makes no progress, a job that forks without pause is caught whole
+    (every process stopped, no new one), and the agent gets no new command."""
     ticker = "while :; do date +%s%N > /tmp/tick; sleep 0.05; done"
+    forker = "while :; do ( sleep 0.3 & ) ; sleep 0.01; done"
+    watch = ("cat /tmp/tick; ps -o pid= -u agent | sort > /tmp/p1; ps -o stat= -u agent | cut -c1 | sort -u;"
+             " sleep 1; cat /tmp/tick; ps -o pid= -u agent | sort | diff - /tmp/p1 && echo same-processes;"
+             " sleep 30")
 
     async def body(sb: Any) -> tuple[Any, ...]:
-        await sb.exec(f"( setsid sh -c '{ticker}' >/dev/null 2>&1 < /dev/null & ) ; sleep 0.5")
-        scoring = asyncio.create_task(
-            sb.exec(["sh", "-c", "cat /tmp/tick; sleep 1; cat /tmp/tick; sleep 30"], user="scorer", timeout=3))
+        await sb.exec(f"( setsid sh -c '{ticker}' >/dev/null 2>&1 < /dev/null & ) ;"
+                      f" ( setsid sh -c '{forker}' >/dev/null 2>&1 < /dev/null & ) ; sleep 0.5")
+        scoring = asyncio.create_task(sb.exec(["sh", "-c", watch], user="scorer", timeout=3))
         await asyncio.sleep(1.0)
         refused = await sb.exec("echo ran")
         timed = await scoring
@@ -125,8 +130,9 @@ def test_the_freeze_holds_through_a_timed_out_score_call_and_is_undone(image: st
     assert refused.exit_code == 126 and "paused while a score call runs" in refused.stderr
     assert "ran" not in refused.stdout
     assert timed.timed_out
-    first, second = timed.stdout.split()
-    assert first == second  # frozen for the whole call
+    first, states, second, same = timed.stdout.split()
+    assert first == second  # the ticker was frozen for the whole call
+    assert states == "T" and same == "same-processes", timed.stdout  # the forker too, all of it
     before, later = after.stdout.split()
     assert int(later) > int(before)  # running again after the timeout
 
