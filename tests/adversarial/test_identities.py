@@ -144,14 +144,16 @@ def test_the_scorer_can_read_an_agents_private_files_in_the_solution(image: str)
     async def body(sb: Any) -> Any:
         made = await sb.exec(f"umask 077; mkdir -p {sb.paths.solution} && cd {sb.paths.solution}"
                              " && mkdir -p deep/er && echo inner > deep/er/file.txt && echo top > top.txt"
-                             " && chmod 700 /home/agent")
+                             " && chmod 700 /home/agent && ln -s /etc/shadow shadow && ln -s / root")
         assert made.ok, made.stderr
-        return await sb.exec(["cat", f"{sb.paths.solution}/deep/er/file.txt", f"{sb.paths.solution}/top.txt"],
+        read = await sb.exec(["cat", f"{sb.paths.solution}/deep/er/file.txt", f"{sb.paths.solution}/top.txt"],
                              user="scorer")
+        return read, await sb.exec(["stat", "-c", "%a", "/etc/shadow", "/root"], user="root")
 
     async def go() -> Any:
         async with started_sandbox(image) as sb:
             return await body(sb)
 
-    read = run(go())
+    read, modes = run(go())
     assert read.ok and read.stdout.split() == ["inner", "top"], read.stderr
+    assert modes.stdout.split() == ["640", "700"]  # links the agent planted were not followed
