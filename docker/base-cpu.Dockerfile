@@ -1,5 +1,7 @@
 # rebench CPU base: Debian with Python 3.11, sshd, user `agent` (uid 1000), group
-# `protected`, /protected closed to the agent, and the scoring helper.
+# `protected`, /protected closed to the agent, and the scoring helper. Scoring runs
+# as `scorer` (uid 1002, with `protected`) and the submitted code it runs as
+# `subject` (uid 1003): neither is the agent, so the agent cannot trace or signal them.
 #
 # BASE_IMAGE is a build argument so that hosts without a registry can use the
 # image made by `rebench images bootstrap` (debootstrap + docker import), which
@@ -24,6 +26,9 @@ RUN set -eu; \
     update-ca-certificates >/dev/null 2>&1 || true; \
     groupadd --gid 1001 protected; \
     useradd --uid 1000 --user-group --create-home --shell /bin/bash agent; \
+    useradd --uid 1002 --user-group --create-home --shell /usr/sbin/nologin scorer; \
+    useradd --uid 1003 --user-group --create-home --shell /usr/sbin/nologin subject; \
+    chmod 0700 /home/scorer /home/subject; \
     mkdir -p /protected/results /opt/rebench /run/sshd; \
     chown root:protected /protected /protected/results; \
     chmod 2770 /protected /protected/results; \

@@ -29,14 +29,14 @@ def docker_engine() -> Any:
 
 
 def base_image(engine: Any) -> str:
+    """This checkout's CPU base image (by its content hash, not `latest`, which another
+    checkout sharing the engine may have moved); built when missing."""
     from rebench.images import bootstrap_raw_image, build_base_image, default_ca_bundle
-    from rebench.images.naming import BASE_CPU
+    from rebench.images.naming import raw_image
 
-    latest = f"{BASE_CPU}:latest"
-    if engine.image_id(latest) is not None:
-        return latest
-    bootstrap_raw_image(engine)
-    return build_base_image(engine, "cpu", ca_bundle=default_ca_bundle())
+    if engine.image_id(raw_image()) is None:
+        bootstrap_raw_image(engine)
+    return str(build_base_image(engine, "cpu", ca_bundle=default_ca_bundle()))
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

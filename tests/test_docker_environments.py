@@ -67,7 +67,10 @@ def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path:
     model = PEEKING_MODEL.format(vocab=vocab, heldout="/protected/heldout.bin", protected="/protected")
     script = tmp_path / "peek.yaml"
     script.write_text(yaml.safe_dump({"actions": [
-        {"write_file": {"path": "model.py", "content": model}}, {"score": {}}, {"submit": None}]}))
+        {"write_file": {"path": "model.py", "content": model}},
+        # The model runs as its own user (`subject`): it may write only what the agent opens to it.
+        {"bash": "touch peek.txt && chmod 666 peek.txt"},
+        {"score": {}}, {"submit": None}]}))
     db = tmp_path / "rebench.db"
     result = run_cli("run", "--env", "restricted_mlm", "--agent", "replay", "--agent-arg", f"script={script}",
                      "--profile", "tiny", "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)

@@ -39,7 +39,7 @@ def test_users_and_the_protected_layout(image: str) -> None:
     out = with_sandbox(image, body)
     assert out["agent"].stdout.split() == ["1000", "1000", "/home/agent", "/home/agent"]
     assert out["root"].stdout.strip() == "0"
-    assert set(out["scorer"].stdout.split()) == {"agent", "protected"}
+    assert set(out["scorer"].stdout.split()) == {"scorer", "protected"}  # its own user, not the agent's
     assert out["protected"].exit_code != 0 and "Permission denied" in out["protected"].stderr
     assert out["layout"].stdout.split("\n")[:3] == ["root:protected 2770", "agent:agent 755", "root:root 755"]
     assert out["write_helper"].exit_code != 0

@@ -102,11 +102,16 @@ def attack(
         ]
     assert row["backend"] == "docker" and row["status"] == "done", row
     engine = docker_engine()
-    assert not [
-        c
-        for c in engine.containers()
-        if c[3].get("rebench.attempt") == str(row["id"]) and c[3].get("rebench.environment") == "vault"
-    ]
+
+    def left() -> list[Any]:
+        return [c for c in engine.containers() if c[3].get("rebench.attempt") == str(row["id"])
+                and c[3].get("rebench.environment") == "vault"]
+
+    # A container the engine is still removing (AutoRemove is asynchronous) gets a few seconds.
+    deadline = time.monotonic() + 15
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left()
     return row, Path(row["snapshot_path"])
 
 

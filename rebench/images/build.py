@@ -79,20 +79,31 @@ def build_base_image(
     base (from the CPU base). Tagged with a hash of everything in it; cached."""
     if kind not in ("cpu", "cuda"):
         raise RebenchError(f"unknown base image kind {kind!r}; allowed: cpu, cuda")
-    ca = _ca_bytes(ca_bundle)
     if kind == "cuda":
-        parent = build_base_image(engine, "cpu", base_image=base_image, ca_bundle=ca_bundle, log=log)
-        dockerfile, repository, files = _dockerfile("base-cuda.Dockerfile"), BASE_CUDA, {}
-    else:
-        parent = base_image or (raw_image() if engine.image_id(raw_image()) else FALLBACK_BASE)
-        dockerfile, repository = _dockerfile("base-cpu.Dockerfile"), BASE_CPU
-        files = {"score_helper.py": _HELPER.read_bytes(), "extra-ca.crt": ca}
-    parent_id = engine.image_id(parent) or parent
-    tag = f"{repository}:{digest(dockerfile.read_bytes(), parent_id.encode(), *files.values())}"
+        build_base_image(engine, "cpu", base_image=base_image, ca_bundle=ca_bundle, log=log)
+    tag, parent, dockerfile, files = _base_recipe(engine, kind, base_image, ca_bundle)
+    repository = tag.split(":", 1)[0]
     if force or engine.image_id(tag) is None:
         _build_base(engine, tag, parent, dockerfile, files, kind, log)
     engine.tag(tag, repository, "latest")
     return tag
+
+
+def _base_recipe(
+    engine: DockerEngine, kind: str, base_image: str | None, ca_bundle: Path | None
+) -> tuple[str, str, Path, dict[str, bytes]]:
+    """(tag, parent, Dockerfile, context files) of this checkout's base image of `kind`; the
+    tag is a hash of all of them, so it names exactly what this checkout would build."""
+    if kind == "cuda":
+        parent = _base_recipe(engine, "cpu", base_image, ca_bundle)[0]
+        dockerfile, repository, files = _dockerfile("base-cuda.Dockerfile"), BASE_CUDA, {}
+    else:
+        parent = base_image or (raw_image() if engine.image_id(raw_image()) else FALLBACK_BASE)
+        dockerfile, repository = _dockerfile("base-cpu.Dockerfile"), BASE_CPU
+        files = {"score_helper.py": _HELPER.read_bytes(), "extra-ca.crt": _ca_bytes(ca_bundle)}
+    parent_id = engine.image_id(parent) or parent
+    tag = f"{repository}:{digest(dockerfile.read_bytes(), parent_id.encode(), *files.values())}"
+    return tag, parent, dockerfile, files
 
 
 def _build_base(
@@ -186,9 +197,13 @@ def base_kind(env: Environment, profile: str) -> str:
 
 
 def current_environment_image(env: Environment, profile: str, engine: DockerEngine) -> str:
-    """The tag an attempt should run, without building anything; RebenchError if it is missing."""
-    repository = BASE_CUDA if base_kind(env, profile) == "cuda" else BASE_CPU
-    base = f"{repository}:latest"
+    """The tag an attempt should run, without building anything; RebenchError if it is missing.
+    It derives from this checkout's base image (its content hash), not from `latest`, which
+    may name an older base (one without the scorer's users) built by another checkout."""
+    kind = base_kind(env, profile)
+    base = _base_recipe(engine, kind, None, default_ca_bundle())[0]
+    if engine.image_id(base) is None:  # built from a --base-image of its own: what it tagged latest
+        base = f"{BASE_CUDA if kind == 'cuda' else BASE_CPU}:latest"
     if engine.image_id(base) is None:
         raise RebenchError(
             f"no rebench base image on this engine; run `rebench envs build {env.name} --profile {profile}`"

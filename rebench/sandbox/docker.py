@@ -5,8 +5,10 @@ and garbage collection go through `DockerEngine` below.
 
 Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
 /home/agent; /protected is root:protected and closed to the agent; the scoring
-helper is /opt/rebench/score_helper.py. The `scorer` user is the agent's uid
-with the extra group `protected`.
+helper is /opt/rebench/score_helper.py. Scoring runs as its own user `scorer`
+(with the extra group `protected`), never as the agent's uid; the submitted code
+that scoring runs is switched to a third user, `subject` (see score_helper.py).
+While a score call runs, every process of the agent is frozen (exec_server.py).
 
 Commands do not go through `docker exec` (about 50 ms each): the container's
 main process is our exec server (exec_server.py, sent over stdin to a one-line
@@ -62,7 +64,16 @@ _LOADER = (
 _USERS: dict[str, tuple[str, list[str]]] = {
     "agent": ("agent", []),
     "root": ("root", []),
-    "scorer": ("agent", ["protected"]),
+    "scorer": ("scorer", ["protected"]),
+}
+SUBJECT_USER = "subject"
+"""The user the submitted code runs as during scoring: it can reach neither the scorer nor the agent."""
+_SCORER_REQUEST = {
+    # Nothing of the agent runs beside the scorer; nothing the score call started outlives it.
+    "freeze_users": ["agent"],
+    "reap_users": ["scorer", SUBJECT_USER],
+    # Kept as ambient capabilities so the helper can switch the submitted code to `subject`.
+    "caps": ["setuid", "setgid"],
 }
 OPERATION_TIMEOUT_S = 600
 DISK_POLL_S = 5.0
@@ -384,7 +395,10 @@ class DockerSandbox:
             bootstrap = str(len(_SERVER_SOURCE)).encode() + b"\n" + _SERVER_SOURCE
             await self._channel.open(bootstrap)
             health = await asyncio.wait_for(
-                self._channel.request({"op": "ping", "users": ["agent", "root"], "groups": ["protected"]}), 10
+                self._channel.request(
+                    {"op": "ping", "users": ["agent", "root", "scorer", SUBJECT_USER], "groups": ["protected"]}
+                ),
+                10,
             )
         except BaseException as exc:
             await self.stop()
@@ -394,10 +408,12 @@ class DockerSandbox:
                 ) from None
             raise
         ids = health.get("ids", {})
-        if not ids.get("agent"):
+        missing = [name for name in ("agent", "scorer", SUBJECT_USER) if not ids.get(name)]
+        if missing:
             await self.stop()
             raise SandboxError(
-                f"image {self.spec.image} has no user `agent`; build it from a rebench base image"
+                f"image {self.spec.image} has no user {', '.join(missing)}; rebuild it from the current "
+                f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
             )
         self._ids = ids
         self.start_to_ready_s = time.perf_counter() - started
@@ -467,7 +483,8 @@ class DockerSandbox:
         if read_only or user == "root":
             return 0, 0, clear
         if user == "scorer":
-            return agent_uid, protected_gid, clear
+            scorer_uid = int((self._ids.get("scorer") or (agent_uid,))[0])
+            return scorer_uid, protected_gid, clear
         return agent_uid, agent_gid, clear
 
     def _resolve(self, path: str) -> str:
@@ -494,6 +511,7 @@ class DockerSandbox:
             "PYTHONUNBUFFERED": "1",
             "REBENCH_HOME": self.paths.home,
             "REBENCH_SOLUTION": self.paths.solution,
+            **({"REBENCH_SUBJECT_USER": SUBJECT_USER} if user == "scorer" else {}),
             **(env or {}),
         }
         request = {
@@ -507,8 +525,11 @@ class DockerSandbox:
             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
             "timeout": timeout,
             "limit": OUTPUT_LIMIT_BYTES,
-            # Scoring runs the solution with the protected group: nothing it started may outlive it.
+            # Scoring runs with the protected group: nothing it started may outlive it.
             "reap_groups": groups,
+            **(_SCORER_REQUEST if user == "scorer" else {}),
+            # The scorer and the submitted code are other users now: they must be able to read it.
+            **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
         }
         started = time.monotonic()
         request_id, reply = channel.send(request)

@@ -18,9 +18,16 @@ base64. Requests:
      "timeout": 10.0, "limit": 1000000, "reap_groups": ["protected"]}
     {"id": 3, "op": "kill", "target": 2}
 
-`reap_groups`: when the command ends, every process still holding one of these
-groups is killed (scoring runs the agent's code with the `protected` group; none
-of it may outlive the score call). The reply carries the exit code (128+signal
+`reap_groups` / `reap_users`: when the command ends, every process still holding
+one of these groups, or running as one of these users, is killed (nothing a score
+call started may outlive it). `freeze_users`: before the command starts, every
+process of these users is stopped (SIGSTOP, swept until no new one appears, so a
+process that forked or left its session is caught too), and exactly those are
+continued when the command ends, however it ends; while they are frozen, commands
+as these users are refused; `share_read` folders are then made readable to others
+where these users own them (see share_read). `caps`: capabilities the command keeps as ambient ones
+after the user switch (the bounding set is cut to them), e.g. `["setuid", "setgid"]`
+for the scorer, which runs the submitted code as a third user. The reply carries the exit code (128+signal
 when killed), head and tail of stdout and stderr within `limit` bytes each with
 the count dropped, and whether it timed out.
 
@@ -38,6 +45,7 @@ import pwd
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -105,6 +113,9 @@ class Job:
         self.stdin_data = b""
         self.spawn_s = 0.0
         self.reap_groups: list[str] = list(request.get("reap_groups") or [])
+        self.reap_users: list[str] = list(request.get("reap_users") or [])
+        self.frozen: dict[int, str] = {}
+        self.frozen_uids: set[int] = set()
 
 
 def _proc_stat(pid: str) -> tuple[int, int] | None:
@@ -140,6 +151,122 @@ def _environ(pid: str) -> bytes:
             os.setegid(0)
     except OSError:
         return b""
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def _process_uids(pid: str) -> set[int]:
+    """Real, effective, saved and filesystem uid of a process (empty if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    return {int(x) for x in line.split()[1:]}
+    except OSError:
+        pass
+    return set()
+
+
+FREEZE_SWEEP_S = 5.0
+"""How long freezing may take before processes that still escape it are killed."""
+
+
+def freeze_uids(uids: set[int]) -> dict[int, str]:
+    """SIGSTOP every process running as one of `uids`; return {pid: start time} of those
+    stopped here (one the agent had stopped itself stays out: it is not continued later).
+
+    Once kill(SIGSTOP) returns, the target runs no more user code (the signal is handled
+    before any return to user space), so the set is frozen when a full sweep finds no
+    process of these users that was not signalled: a child forked just before its parent
+    stopped shows up in the next sweep. Whatever keeps appearing past FREEZE_SWEEP_S (a
+    fork race without end) is killed."""
+    me = os.getpid()
+    stopped: dict[int, str] = {}
+    left_alone: set[int] = set()
+    deadline = time.monotonic() + FREEZE_SWEEP_S
+    while True:
+        fresh: list[tuple[int, str]] = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me or int(entry) in left_alone:
+                continue
+            if not (_process_uids(entry) & uids):
+                continue
+            fields = _stat_fields(entry)
+            if fields is None or fields[0] in (b"Z", b"X"):
+                continue
+            start = fields[19].decode()
+            if stopped.get(int(entry)) == start:
+                continue
+            if fields[0] in (b"T", b"t") and not stopped:
+                left_alone.add(int(entry))  # stopped before we began: not ours to continue
+                continue
+            fresh.append((int(entry), start))
+        if not fresh:
+            return stopped
+        over = time.monotonic() > deadline
+        for pid, start in fresh:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL if over else signal.SIGSTOP)
+            if not over:
+                stopped[pid] = start
+
+
+def thaw(stopped: dict[int, str]) -> None:
+    """SIGCONT what `freeze_uids` stopped, skipping pids that now name another process."""
+    for pid, start in stopped.items():
+        fields = _stat_fields(str(pid))
+        if fields is not None and fields[19].decode() == start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+
+SHARE_LIMIT = 200_000
+"""At most this many entries of the agent's solution are looked at per score call."""
+
+
+def share_read(roots: list[str], uid: int) -> None:
+    """Let the scorer and the submitted code (other users) read what `uid` owns beneath
+    `roots`: read permission for others on files and folders, search on folders (and on
+    the folders above a root). Scoring used to run as the agent and read even its 0600
+    files; it no longer does. Symbolic links are neither followed nor changed; the
+    owner is frozen meanwhile, so nothing can be swapped under this walk."""
+
+    def widen(path: str, folder_only: bool = False) -> None:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if info.st_uid != uid or stat.S_ISLNK(info.st_mode):
+            return
+        is_dir = stat.S_ISDIR(info.st_mode)
+        if folder_only and not is_dir:
+            return
+        wanted = stat.S_IXOTH if folder_only else stat.S_IROTH
+        if is_dir or info.st_mode & stat.S_IXUSR:
+            wanted |= stat.S_IXOTH
+        if info.st_mode & wanted != wanted:
+            with contextlib.suppress(OSError):
+                os.chmod(path, stat.S_IMODE(info.st_mode) | wanted)
+
+    seen = 0
+    for root in roots:
+        parent = os.path.dirname(root.rstrip("/"))
+        while parent not in ("", "/"):
+            widen(parent, folder_only=True)
+            parent = os.path.dirname(parent)
+        for folder, _, files in os.walk(root):
+            for path in (folder, *(os.path.join(folder, name) for name in files)):
+                widen(path)
+                seen += 1
+            if seen > SHARE_LIMIT:
+                return
 
 
 def kill_matching(match: Callable[[str], bool]) -> int:
@@ -242,6 +369,9 @@ class Server:
         self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
 
+    def frozen_uids(self) -> set[int]:
+        return {uid for job in self.jobs.values() for uid in job.frozen_uids}
+
     def _terminate(self, *_: object) -> None:
         for job in list(self.jobs.values()):
             kill_tree(job.proc.pid, job.marker)
@@ -322,6 +452,12 @@ class Server:
             env.update({"HOME": home, "USER": name, "LOGNAME": name})
             env.update(request.get("env") or {})
             env[MARKER_VAR] = marker
+            if uid in self.frozen_uids():
+                raise PermissionError(f"user {name} is paused while a score call runs")
+            freeze = {self._user(u)[0] for u in request.get("freeze_users") or []}
+            caps = [str(c) for c in request.get("caps") or []]
+            if caps and not SETPRIV:
+                raise OSError("capabilities for a command need setpriv in the image")
             stdin = request.get("stdin")
             cwd = request.get("cwd") or home
             if request.get("cwd_fallback") and not os.path.isdir(cwd):
@@ -332,16 +468,25 @@ class Server:
                 if SETPRIV:
                     # Switching user inside Popen forces fork() (~4 ms here); exec'ing
                     # setpriv keeps the fast vfork path.
+                    keep = ",".join(["-all", *(f"+{c}" for c in caps)])
                     argv = [
                         SETPRIV,
                         f"--reuid={uid}",
                         f"--regid={gid}",
                         "--groups=" + ",".join(str(g) for g in [gid, *groups]),
+                        *([f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}"] if caps else []),
                         "--",
                         *argv,
                     ]
                 else:
                     switch = {"user": uid, "group": gid, "extra_groups": [gid, *groups]}
+            frozen = freeze_uids(freeze) if freeze else {}
+        except (OSError, KeyError, subprocess.SubprocessError) as exc:
+            self._refuse(request, exc)
+            return
+        try:
+            for owner in freeze:
+                share_read([str(p) for p in request.get("share_read") or []], owner)
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -356,20 +501,11 @@ class Server:
                 **switch,
             )
         except (OSError, KeyError, subprocess.SubprocessError) as exc:
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            message = f"rebench: cannot start command: {type(exc).__name__}: {exc}\n".encode()
-            self.send(
-                {
-                    "id": request["id"],
-                    "exit_code": code,
-                    "timed_out": False,
-                    "duration_s": 0.0,
-                    "stdout": Capture(1).result(),
-                    "stderr": {"head": base64.b64encode(message).decode(), "tail": "", "dropped": 0},
-                }
-            )
+            thaw(frozen)
+            self._refuse(request, exc)
             return
         job = Job(request, proc, marker)
+        job.frozen, job.frozen_uids = frozen, freeze
         job.spawn_s = job.started - began
         self.jobs[job.id] = job
         self.by_pid[proc.pid] = job
@@ -384,10 +520,34 @@ class Server:
             os.set_blocking(proc.stdin.fileno(), False)
             self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, ("stdin", job))
 
+    def _refuse(self, request: dict, exc: Exception) -> None:
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        message = f"rebench: cannot start command: {type(exc).__name__}: {exc}\n".encode()
+        self.send(
+            {
+                "id": request["id"],
+                "exit_code": code,
+                "timed_out": False,
+                "duration_s": 0.0,
+                "stdout": Capture(1).result(),
+                "stderr": {"head": base64.b64encode(message).decode(), "tail": "", "dropped": 0},
+            }
+        )
+
     def finish(self, job: Job) -> None:
-        for name in job.reap_groups:
-            with contextlib.suppress(KeyError):
-                kill_group_members(self._group(name))
+        try:
+            for name in job.reap_groups:
+                with contextlib.suppress(KeyError):
+                    kill_group_members(self._group(name))
+            reaped = set()
+            for name in job.reap_users:
+                with contextlib.suppress(KeyError):
+                    reaped.add(self._user(name)[0])
+            if reaped:
+                kill_matching(lambda entry: bool(reaped & _process_uids(entry)))
+        finally:
+            thaw(job.frozen)
+            job.frozen = {}
         for stream in (job.proc.stdout, job.proc.stderr, job.proc.stdin):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(KeyError, ValueError):

@@ -7,7 +7,12 @@ from stdout, which the solution under test could forge). It also appends a row t
 the protected score log, the way RE-Bench's protected scoring does.
 
     score_helper.py --program score.py --params params.json --out result.json
-                    [--log score.log] [--timeout 600]
+                    [--log score.log] [--timeout 600] [--nonce-stdin]
+
+With `--nonce-stdin` the first line of stdin is a nonce from the harness, written
+into the result; the harness rejects a result without it. Stdin of a non-dumpable
+process of its own user is the one channel no other process can read (argv and the
+environment's keys are visible in /proc, files can be raced).
 
 The scoring program defines `score(ctx: dict) -> dict` returning
 `{"raw": float | None, "message": {...}, "details": {...}}`.
@@ -15,10 +20,16 @@ The scoring program defines `score(ctx: dict) -> dict` returning
 The scoring process may read held-out data, so it must not run the agent's code
 itself. It runs that code in a child started with `ctx["confine_command"]`:
 
-    score_helper.py --confined --deny /protected -- python worker.py ...
+    score_helper.py --confined [--user subject] --deny /protected -- python worker.py ...
 
-which takes away all access beneath the denied folders with Landlock (an
-unprivileged Linux security module, kernel 5.13+) and then runs the command.
+which (with `--user`) first becomes that user for good: its uid and gid, no
+supplementary group (so not `protected`) and no capability left; this needs the
+scorer to hold CAP_SETUID and CAP_SETGID (the Docker backend gives them to the
+scorer as ambient capabilities and sets REBENCH_SUBJECT_USER), and failing it the
+child does not run. The process keeps its pid, its open descriptors and its
+parent, so the scoring program times and talks to it as before. Then it takes
+away all access beneath the denied folders with Landlock (an unprivileged Linux
+security module, kernel 5.13+) and runs the command.
 Its first line on stderr, written before the command starts, is
 `rebench-confine: active`, or `rebench-confine: unavailable: why` where Landlock
 is missing and the child runs unconfined; the scorer reports which.
@@ -34,6 +45,7 @@ import errno
 import json
 import math
 import os
+import pwd
 import runpy
 import signal
 import subprocess
@@ -151,15 +163,58 @@ def confine(denied: list[str]) -> None:
         os.close(ruleset)
 
 
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class IdentityUnavailable(Exception):
+    pass
+
+
+def become(user: str) -> None:
+    """Turn this process into `user` for good: uid and gid, no supplementary groups, no
+    capabilities (permitted, effective, inheritable, ambient), HOME and USER to match."""
+    try:
+        entry = pwd.getpwnam(user)
+        os.setgroups([])
+        os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+        os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
+    except (KeyError, OSError) as exc:
+        raise IdentityUnavailable(f"cannot run as user {user}: {exc}") from None
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 or \
+            libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise IdentityUnavailable(f"cannot drop capabilities: {os.strerror(ctypes.get_errno())}")
+    with open("/proc/self/status", encoding="ascii") as handle:
+        caps = [line.split()[1] for line in handle if line.startswith(("CapPrm", "CapEff", "CapAmb"))]
+    if os.getresuid() != (entry.pw_uid,) * 3 or os.getgroups() not in ([], [entry.pw_gid]) or \
+            any(int(c, 16) for c in caps):
+        raise IdentityUnavailable(f"switching to user {user} did not take")
+    os.environ.update(HOME=entry.pw_dir, USER=user, LOGNAME=user)
+    os.environ.pop("REBENCH_SUBJECT_USER", None)
+
+
 def _run_confined(argv: list[str]) -> int:
-    """`--confined --deny DIR [--deny DIR ...] -- CMD ...`: confine, then exec CMD."""
+    """`--confined [--user NAME] --deny DIR [--deny DIR ...] -- CMD ...`: become NAME,
+    confine, then exec CMD (same pid)."""
+    user = None
+    if argv[:1] == ["--user"] and len(argv) > 1:
+        user, argv = argv[1], argv[2:]
     denied = []
     while argv and argv[0] == "--deny":
         denied.append(argv[1])
         argv = argv[2:]
     if not argv or argv[0] != "--" or len(argv) < 2 or not denied:
-        print("usage: score_helper.py --confined --deny DIR [--deny DIR ...] -- CMD ...", file=sys.stderr)
+        print("usage: score_helper.py --confined [--user NAME] --deny DIR [--deny DIR ...] -- CMD ...",
+              file=sys.stderr)
         return 2
+    if user is not None:
+        try:
+            become(user)
+        except IdentityUnavailable as exc:
+            print(f"rebench-confine: refused: {exc}", file=sys.stderr, flush=True)
+            return 126
     try:
         confine(denied)
     except ConfinementUnavailable as exc:
@@ -180,9 +235,11 @@ def confinement_unavailable() -> str | None:
     return None
 
 
-def confine_command(protected: str) -> list[str]:
-    """The prefix a scoring program puts before a command that runs the agent's code."""
-    return [sys.executable, os.path.abspath(__file__), "--confined", "--deny", protected, "--"]
+def confine_command(protected: str, user: str | None = None) -> list[str]:
+    """The prefix a scoring program puts before a command that runs the agent's code
+    (as `user`, where the backend gives the scorer the means to switch)."""
+    return [sys.executable, os.path.abspath(__file__), "--confined", *(["--user", user] if user else []),
+            "--deny", protected, "--"]
 
 
 def _make_undumpable() -> None:
@@ -194,11 +251,12 @@ def _make_undumpable() -> None:
 
 def _worker(program: str, params_path: str, out_path: str) -> int:
     """Child side: import the scoring program and call its `score(ctx)`."""
+    _make_undumpable()
     with open(params_path, encoding="utf-8") as handle:
         ctx = json.load(handle)
     if ctx.get("protected"):
-        ctx.setdefault("confine_command", confine_command(str(ctx["protected"])))
-    _make_undumpable()
+        subject = os.environ.get("REBENCH_SUBJECT_USER") or None
+        ctx.setdefault("confine_command", confine_command(str(ctx["protected"]), subject))
     program_dir = os.path.dirname(os.path.abspath(program))
     sys.path.insert(0, program_dir)
     try:
@@ -241,13 +299,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _run(args: argparse.Namespace) -> dict:
+    """Run the scoring program in a worker process (its own session, no stdin) with the timeout."""
     started = time.time()
     fd, child_out = tempfile.mkstemp(prefix="score-", suffix=".json", dir=os.path.dirname(args.out) or ".")
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--program", args.program,
            "--params", args.params, "--out", child_out]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=_worker_env(args.params))
+    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=_worker_env(args.params))
     try:
         output, _ = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -296,11 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--log")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--nonce-stdin", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args.program, args.params, args.out)
+    _make_undumpable()  # the nonce and the scoring program's output pass through this process
+    nonce = sys.stdin.readline().strip() if args.nonce_stdin else None
     result = _clean(_run(args))
+    if nonce:
+        result["nonce"] = nonce
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(result, handle)
