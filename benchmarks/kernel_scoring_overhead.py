@@ -2,7 +2,8 @@
 
 The scorer charges CPU time from before the input is handed over until the result has
 been copied out of the child; a bare in-process call is the lower bound. This prints
-both medians per solution, so the overhead the anchors absorb is visible.
+both medians per solution, so the overhead the anchors absorb is visible, and the ratio of the
+starting solution's scored time to the reference's (what the anchors rest on).
 
     python benchmarks/kernel_scoring_overhead.py [--rounds 3]
 """
@@ -62,6 +63,7 @@ def main() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **scoring_env})
     score = _load(ENV / "scoring" / "score.py", "kernel_score")
     torch.set_num_threads(int(params["torch_threads"]))
+    medians: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as protected:
         for folder in ("workspace", "reference"):
             scored, bare = [], []
@@ -71,8 +73,11 @@ def main() -> None:
                 result = score.score(ctx)
                 scored.append(result["message"]["time_ms"])
                 bare.append(bare_ms(folder, int(params["n_elements"]), int(params["timed_calls"])))
+            medians[folder] = statistics.median(scored)
             print(f"{folder:9}  child, confined: {statistics.median(scored):7.2f} ms   "
                   f"in-process: {statistics.median(bare):7.2f} ms   (median of {args.rounds} rounds)")
+    # The anchors rest on this ratio: a change of scoring must leave it within 10%.
+    print(f"start / reference, as scored: {medians['workspace'] / medians['reference']:.2f}x")
 
 
 if __name__ == "__main__":
