@@ -249,9 +249,11 @@ class KernelWorker:
     the expected outputs and the clock, none of which the solution's code can reach, and
     accounts for the CPU time of every process the child starts (ProcessTree)."""
 
-    def __init__(self, ctx: dict[str, Any], device: str, capacity: int, limit_s: float) -> None:
+    def __init__(self, ctx: dict[str, Any], device: str, capacity: int, limit_s: float,
+                 preload: bool | None = None) -> None:
         source = (Path(__file__).resolve().parent / "kernel_worker.py").read_text(encoding="utf-8")
-        self.cuda = device.startswith("cuda")
+        # On CUDA the input is put on the device before the clock starts, as in RE-Bench.
+        self.preload = device.startswith("cuda") if preload is None else preload
         self._input_fd, self._output_fd = os.memfd_create("rebench-input"), os.memfd_create("rebench-output")
         for fd in (self._input_fd, self._output_fd):
             os.ftruncate(fd, capacity * 4)
@@ -359,10 +361,11 @@ class KernelWorker:
 
         On the CPU the clock starts before the input exists anywhere the solution can see, and
         stops once its answer has been copied here; the CPU time is the whole process tree's
-        over a span that covers that window. On CUDA the input is copied to the device first
-        and the clock brackets the call alone (or, with the CPU timer, the call and the copy out)."""
+        over a span that covers that window. With `preload` (CUDA) the input is copied to the
+        device first and the clock brackets the call alone (or, with the CPU timer, the call and
+        the copy out)."""
         n = x.size
-        if self.cuda:
+        if self.preload:
             cpu_before = self.tree.cpu_seconds()
             np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
             self._send({"load": n})

@@ -344,3 +344,22 @@ def test_usable_cores_follow_a_cgroup_quota_v1_or_v2(tmp_path: Path) -> None:
     assert score.usable_cores(str(tmp_path / "v1")) == 1  # half a CPU rounds up to one
     (v1 / "cpu.cfs_quota_us").write_text("-1\n")
     assert score.usable_cores(str(tmp_path / "v1")) == affinity
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("timer", ["wall", "cpu"])
+def test_the_paper_protocol_loads_the_input_before_the_clock_and_checks_the_answer(tmp_path: Path, timer: str) -> None:
+    """The `paper` profile's path (input put on the device before the clock starts) cannot run on
+    CUDA here; the same messages run on the CPU."""
+    ctx = _ctx(tmp_path, (HERE / "reference" / "solution.py").read_text())
+    worker = score.KernelWorker(ctx, "cpu", 50_000, 20.0, preload=True)
+    try:
+        x = score.random_input(50_000, np.random.Generator(np.random.PCG64(3)))
+        actual, problem, wall_s, cpu_s = worker.call(x, 20.0, timer)
+        assert problem is None and score.check_output(score.reference_prefix_sum(x), actual) is None
+        assert 0 < wall_s < 20 and cpu_s >= 0
+        short = x[:1000]
+        actual, problem, _, _ = worker.call(short, 20.0, timer)  # a shorter input in the same buffers
+        assert problem is None and score.check_output(score.reference_prefix_sum(short), actual) is None
+    finally:
+        worker.close()
