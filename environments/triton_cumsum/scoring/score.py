@@ -194,17 +194,25 @@ class ProcessTree:
         self.largest = max(self.largest, len(found))
         return found
 
-    def cpu_seconds(self) -> float:
-        """CPU time spent so far by the tree's processes, live, exited or reaped. Children reaped
-        inside the tree are known to a tick (1/CLK_TCK s); a change there is charged one tick more,
-        an upper bound rather than a lower one."""
+    def cpu_seconds(self) -> tuple[float, float]:
+        """CPU time spent so far by the tree's processes, live, exited or reaped: (known to the
+        microsecond or better, known only in ticks). The second part is the CPU time of children
+        reaped inside the tree, which Linux reports in ticks (1/CLK_TCK s); see cpu_spent."""
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        own_total, reaped_total = usage.ru_utime + usage.ru_stime, 0.0
+        precise, ticks = usage.ru_utime + usage.ru_stime, 0.0
         for pid in self.pids():
             own, reaped = process_cpu(pid)
-            own_total += own
-            reaped_total += reaped
-        return own_total + reaped_total + (1 / _CLOCK_TICKS if reaped_total else 0.0)
+            precise += own
+            ticks += reaped
+        return precise, ticks
+
+    @staticmethod
+    def cpu_spent(before: tuple[float, float], after: tuple[float, float]) -> float:
+        """CPU seconds between two readings of cpu_seconds. Tick counters are truncated, so when
+        they moved the difference may be short by up to a tick: one tick more is charged then,
+        an upper bound rather than a lower one (single-process solutions never pay it)."""
+        ticks = after[1] - before[1]
+        return after[0] - before[0] + ticks + (1 / _CLOCK_TICKS if ticks else 0.0)
 
     def kill(self) -> int:
         """SIGKILL every process of the tree, again and again as a dying parent's children are
@@ -378,14 +386,14 @@ class KernelWorker:
             actual, problem = self._answer(n, limit_s)
             answered = _perf_counter()
             wall_s = returned - started if timer == "wall" else answered - started
-            return actual, problem, wall_s, self.tree.cpu_seconds() - cpu_before
+            return actual, problem, wall_s, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
         cpu_before = self.tree.cpu_seconds()
         started = _perf_counter()
         np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
         self._send({"run": n})
         actual, problem = self._answer(n, limit_s)
         answered = _perf_counter()
-        return actual, problem, answered - started, self.tree.cpu_seconds() - cpu_before
+        return actual, problem, answered - started, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
 
     def close(self) -> None:
         """End the child (killing it if it does not stop: a timed-out call may still run), then

@@ -363,3 +363,9 @@ def test_the_paper_protocol_loads_the_input_before_the_clock_and_checks_the_answ
         assert problem is None and score.check_output(score.reference_prefix_sum(short), actual) is None
     finally:
         worker.close()
+
+
+def test_tick_counted_cpu_time_is_charged_with_a_tick_to_spare() -> None:
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.5)) == pytest.approx(0.25)  # nothing reaped: exact
+    assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.6)) == pytest.approx(0.35 + tick)
