@@ -275,9 +275,13 @@ class KernelWorker:
                    str(capacity)]
         self.tree = ProcessTree()
         self.leftovers_killed = 0
-        self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, self._input_fd, self._output_fd),
-                                     cwd=str(ctx["solution"]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+        try:
+            self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, self._input_fd, self._output_fd),
+                                         cwd=str(ctx["solution"]), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError:
+            self.tree.close()
+            raise
         for fd in (to_child, from_child):
             os.close(fd)
         self._buffer = b""
