@@ -8,25 +8,32 @@ exception or a call over the per-call timeout makes the score invalid (None).
 
 The solution runs in a child process (kernel_worker.py), started through the
 helper's confinement: this process generates the inputs, computes the expected
-outputs and keeps the clock, so the solution's code cannot patch the check or
-the timer, as it could if it were imported here.
+outputs and keeps the clock. The solution's code shares an interpreter with the
+child's message loop and can rewrite it, so nothing in the child is trusted; what
+the score rests on happens here (see README.md, "How the timing is kept honest").
 
-The `paper` profile times wall-clock milliseconds from the call to its return
-after CUDA synchronize. The `tiny` profile (`timer = "cpu"`) charges the CPU
-time the child spends from before the input is written until the result is
-copied out, so a busy shared machine, which stretches wall time but not work,
-does not move the score. Work hidden in another process would not show in that
-CPU time, so wall time divided by the cores the scorer may use is a floor.
+The `paper` profile copies each input to the device before its clock starts, as
+RE-Bench did, and times wall-clock milliseconds from the call to its return after
+CUDA synchronize. On the CPU (`tiny`) the input is written to the shared buffer
+only after the clock has started, and the call is charged until its answer has
+been copied out; with `timer = "cpu"` it is charged the CPU time of the child and
+of every process descended from it (this process is a child subreaper, so helpers
+that double-fork or start their own session stay in that tree), but never less
+than the wall time divided by the cores the scorer may use. Every process of the
+solution is killed when scoring ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import math
 import mmap
 import os
+import resource
 import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -70,39 +77,162 @@ def aggregate_ms(times_ms: list[float]) -> float:
     return times_ms[0] if len(times_ms) == 1 else statistics.median(times_ms)
 
 
-def usable_cores() -> int:
-    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota."""
+def _cgroup_quota_cores(root: str = "/sys/fs/cgroup") -> int | None:
+    """Whole CPUs allowed by this cgroup's CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us`), or None."""
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
+                                    ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")):
+        try:
+            with open(os.path.join(root, quota_file), encoding="ascii") as handle:
+                fields = handle.read().split()
+            if period_file is not None:
+                with open(os.path.join(root, period_file), encoding="ascii") as handle:
+                    fields = fields[:1] + handle.read().split()[:1]
+            quota, period = fields[0], fields[1]
+        except (OSError, IndexError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        with contextlib.suppress(ValueError, ZeroDivisionError):
+            return max(1, math.ceil(int(quota) / int(period)))
+    return None
+
+
+def usable_cores(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota (v1 or v2)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as handle:
-            quota, period = handle.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
+    quota = _cgroup_quota_cores(cgroup_root)
+    return max(1, min(cores, quota) if quota else cores)
 
 
 _perf_counter = time.perf_counter
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """CPU time of process `pid` so far, all its threads: per-thread nanosecond counters
-    (schedstat), but never less than the process-wide tick counter, which also keeps the
-    time of threads that have exited, less its resolution."""
-    threads = 0.0
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (field 3 onwards), or None once it is gone."""
     try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, ValueError, IndexError), \
-                    open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as handle:
-                threads += int(handle.read().split()[0]) / 1e9
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        ticks = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return threads
-    return max(threads, ticks - 2 / _CLOCK_TICKS)
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """(CPU seconds of process `pid`, all its threads, live and exited; CPU seconds of the children
+    it has reaped). The first comes from the process's CPU clock (clock_getcpuclockid's encoding:
+    nanoseconds, readable for any process), or its tick counters where that clock is missing; the
+    second exists only as tick counters. Zeros once the process is gone."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    try:
+        own = time.clock_gettime(((~pid) << 3) | 2)  # CPUCLOCK_SCHED of the whole process
+    except OSError:
+        own = (utime + stime) / _CLOCK_TICKS
+    return own, (cutime + cstime) / _CLOCK_TICKS
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of `pid` (zombies included), from /proc/PID/task/*/children."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError), \
+                open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+            found.extend(int(child) for child in handle.read().split())
+    return found
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    """The same, on kernels without /proc/PID/task/*/children: every process's parent, read."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _set_child_subreaper(on: bool) -> bool:
+    """Make this process the one that orphans below it are reparented to; returns the old setting."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"PR_SET_CHILD_SUBREAPER: {os.strerror(ctypes.get_errno())}")
+    return bool(before.value)
+
+
+class ProcessTree:
+    """Every process descended from this one that was not its child before: the solution's
+    worker and whatever it starts. While it is open this process is a child subreaper, so a
+    helper that double-forks or calls setsid is reparented here, not to init, and stays in the
+    tree; children reaped here are counted through getrusage, children reaped inside the tree
+    through their reaper's counters."""
+
+    def __init__(self) -> None:
+        self._root = os.getpid()
+        proc_children = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+        self._list_children = _children if proc_children else _children_by_scan
+        self._before = set(self._list_children(self._root))
+        self._subreaper_before = _set_child_subreaper(True)
+        self.largest = 0
+
+    def pids(self) -> list[int]:
+        found: list[int] = []
+        todo = [pid for pid in self._list_children(self._root) if pid not in self._before]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(self._list_children(pid))
+        self.largest = max(self.largest, len(found))
+        return found
+
+    def cpu_seconds(self) -> tuple[float, float]:
+        """CPU time spent so far by the tree's processes, live, exited or reaped: (known to the
+        microsecond or better, known only in ticks). The second part is the CPU time of children
+        reaped inside the tree, which Linux reports in ticks (1/CLK_TCK s); see cpu_spent."""
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        precise, ticks = usage.ru_utime + usage.ru_stime, 0.0
+        for pid in self.pids():
+            own, reaped = process_cpu(pid)
+            precise += own
+            ticks += reaped
+        return precise, ticks
+
+    @staticmethod
+    def cpu_spent(before: tuple[float, float], after: tuple[float, float]) -> float:
+        """CPU seconds between two readings of cpu_seconds. Tick counters are truncated, so when
+        they moved the difference may be short by up to a tick: one tick more is charged then,
+        an upper bound rather than a lower one (single-process solutions never pay it)."""
+        ticks = after[1] - before[1]
+        return after[0] - before[0] + ticks + (1 / _CLOCK_TICKS if ticks else 0.0)
+
+    def kill(self) -> int:
+        """SIGKILL every process of the tree, again and again as a dying parent's children are
+        reparented here, and reap those that were; returns how many were signalled."""
+        killed: set[int] = set()
+        deadline = _perf_counter() + 10
+        while (pids := self.pids()) and _perf_counter() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+            for pid in self._list_children(self._root):
+                if pid not in self._before:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.005)
+        return len(killed)
+
+    def close(self) -> None:
+        _set_child_subreaper(self._subreaper_before)
 
 
 def call_ms(timer: str, wall_s: float, cpu_s: float, cores: int) -> float:
@@ -124,10 +254,14 @@ class SolutionError(Exception):
 
 class KernelWorker:
     """The solution, in a child process (see kernel_worker.py): this process keeps the inputs,
-    the expected outputs and the clock, none of which the solution's code can reach."""
+    the expected outputs and the clock, none of which the solution's code can reach, and
+    accounts for the CPU time of every process the child starts (ProcessTree)."""
 
-    def __init__(self, ctx: dict[str, Any], device: str, capacity: int, limit_s: float) -> None:
+    def __init__(self, ctx: dict[str, Any], device: str, capacity: int, limit_s: float,
+                 preload: bool | None = None) -> None:
         source = (Path(__file__).resolve().parent / "kernel_worker.py").read_text(encoding="utf-8")
+        # On CUDA the input is put on the device before the clock starts, as in RE-Bench.
+        self.preload = device.startswith("cuda") if preload is None else preload
         self._input_fd, self._output_fd = os.memfd_create("rebench-input"), os.memfd_create("rebench-output")
         for fd in (self._input_fd, self._output_fd):
             os.ftruncate(fd, capacity * 4)
@@ -139,9 +273,15 @@ class KernelWorker:
         command = [*ctx.get("confine_command", []), sys.executable, "-c", source, str(ctx["solution"]), device,
                    str(threads), str(to_child), str(from_child), str(self._input_fd), str(self._output_fd),
                    str(capacity)]
-        self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, self._input_fd, self._output_fd),
-                                     cwd=str(ctx["solution"]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+        self.tree = ProcessTree()
+        self.leftovers_killed = 0
+        try:
+            self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, self._input_fd, self._output_fd),
+                                         cwd=str(ctx["solution"]), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError:
+            self.tree.close()
+            raise
         for fd in (to_child, from_child):
             os.close(fd)
         self._buffer = b""
@@ -157,6 +297,7 @@ class KernelWorker:
         if "error" in reply:
             self.close()
             raise WorkerFailed(str(reply["error"]))
+        self.sigchld_guard = str(reply.get("sigchld_guard", "unknown"))
 
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
@@ -192,7 +333,12 @@ class KernelWorker:
                 raise WorkerFailed(self._died())
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        reply: dict[str, Any] = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            raise WorkerFailed(f"unreadable reply {line[:200]!r}") from exc
+        if not isinstance(reply, dict):
+            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
         return reply
 
     def _died(self) -> str:
@@ -203,37 +349,59 @@ class KernelWorker:
         self._drain.join(timeout=2)
         return f"the solution's process exited with {code}: {self.output_tail()[-600:]}"
 
-    def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.proc.pid)
+    def _expect(self, key: str, timeout_s: float) -> dict[str, Any]:
+        reply = self._receive(timeout_s)
+        if "error" in reply:
+            raise SolutionError(str(reply["error"]))
+        if key not in reply:
+            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
+        return reply
 
-    def load(self, x: np.ndarray) -> None:
-        np.frombuffer(self._input, dtype=np.int32, count=x.size)[:] = x
-        self._send({"load": x.size})
-        self._expect("loaded", 60.0)
-
-    def call(self, limit_s: float) -> None:
-        self._send({"go": True})
-        self._expect("done", limit_s)
-
-    def fetch(self, n: int, limit_s: float) -> tuple[np.ndarray | None, str | None]:
-        """The call's result as an int32 array, or the reason there is none."""
-        self._send({"fetch": True})
-        reply = self._receive(limit_s)
+    def _answer(self, n: int, timeout_s: float) -> tuple[np.ndarray | None, str | None]:
+        """The answer the child reports as copied out, or why there is none."""
+        reply = self._receive(timeout_s)
+        if "error" in reply:
+            raise SolutionError(str(reply["error"]))
         if "problem" in reply:
             return None, str(reply["problem"])
         if "ok" not in reply:
             raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
         return np.frombuffer(self._output, dtype=np.int32, count=n).copy(), None
 
-    def _expect(self, key: str, timeout_s: float) -> None:
-        reply = self._receive(timeout_s)
-        if "error" in reply:
-            raise SolutionError(str(reply["error"]))
-        if key not in reply:
-            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
+    def call(self, x: np.ndarray, limit_s: float, timer: str) -> tuple[np.ndarray | None, str | None, float, float]:
+        """One call of prefix_sum on `x`: (answer or None, why not, wall seconds, CPU seconds).
+
+        On the CPU the clock starts before the input exists anywhere the solution can see, and
+        stops once its answer has been copied here; the CPU time is the whole process tree's
+        over a span that covers that window. With `preload` (CUDA) the input is copied to the
+        device first and the clock brackets the call alone (or, with the CPU timer, the call and
+        the copy out)."""
+        n = x.size
+        if self.preload:
+            cpu_before = self.tree.cpu_seconds()
+            np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
+            self._send({"load": n})
+            self._expect("loaded", 60.0)
+            started = _perf_counter()
+            self._send({"go": True})
+            self._expect("done", limit_s)
+            returned = _perf_counter()
+            self._send({"fetch": True})
+            actual, problem = self._answer(n, limit_s)
+            answered = _perf_counter()
+            wall_s = returned - started if timer == "wall" else answered - started
+            return actual, problem, wall_s, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
+        cpu_before = self.tree.cpu_seconds()
+        started = _perf_counter()
+        np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
+        self._send({"run": n})
+        actual, problem = self._answer(n, limit_s)
+        answered = _perf_counter()
+        return actual, problem, answered - started, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
 
     def close(self) -> None:
-        """End the child (killing it if it does not stop: a timed-out call may still run)."""
+        """End the child (killing it if it does not stop: a timed-out call may still run), then
+        every other process of the solution's that is still alive."""
         with contextlib.suppress(OSError):
             os.write(self._to_child, b"\n")
         try:
@@ -241,6 +409,8 @@ class KernelWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.leftovers_killed = self.tree.kill()
+        self.tree.close()
         for fd in (self._to_child, self._from_child, self._input_fd, self._output_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -267,31 +437,18 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         return {"raw": None, "message": {"error": str(exc)[:1000]}}
     try:
         small = random_input(check_n, generator)
-        worker.load(small)
-        worker.call(limit)
-        actual, problem = worker.fetch(check_n, limit)
+        actual, problem, _, _ = worker.call(small, limit, timer)
         if actual is not None:
             problem = check_output(reference_prefix_sum(small), actual)
         if problem:
             return {"raw": None, "message": {"correct": False, "error": f"length {check_n}: {problem}"}}
         for _ in range(int(ctx["warmup_calls"])):
-            worker.load(random_input(n, generator))
-            worker.call(limit)
+            worker.call(random_input(n, generator), limit, timer)
         times_ms = []
         for _ in range(int(ctx["timed_calls"])):
             x = random_input(n, generator)
             expected = reference_prefix_sum(x)
-            # CPU time counts from before the input exists, so no work can be done ahead of the call,
-            # and until the result is copied out, so none can be left for later.
-            cpu_before = worker.cpu_seconds()
-            worker.load(x)
-            started = _perf_counter()
-            worker.call(limit)
-            returned = _perf_counter()
-            actual, problem = worker.fetch(n, limit)
-            fetched = _perf_counter()
-            cpu_s = worker.cpu_seconds() - cpu_before
-            wall_s = returned - started if timer == "wall" else fetched - started
+            actual, problem, wall_s, cpu_s = worker.call(x, limit, timer)
             times_ms.append(call_ms(timer, wall_s, cpu_s, cores))
             if actual is not None:
                 problem = check_output(expected, actual)
@@ -308,7 +465,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         "raw": math.log(ms),
         "message": {"correct": True, "time_ms": round(ms, 4)},
         "details": {"times_ms": times_ms, "n_elements": n, "timer": timer, "cores": cores,
-                    "solution_confined": worker.confined},
+                    "solution_confined": worker.confined, "sigchld_guard": worker.sigchld_guard,
+                    "processes": worker.tree.largest, "leftover_processes_killed": worker.leftovers_killed,
+                    "solution_output": worker.output_tail()[-1000:]},
     }
 
 

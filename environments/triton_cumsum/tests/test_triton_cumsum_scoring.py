@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import time
 from pathlib import Path
 
@@ -231,3 +232,140 @@ def test_a_solution_process_that_dies_mid_call_is_invalid_with_its_last_output(t
     result = score.score(_ctx(tmp_path, dying, timer="cpu"))
     assert result["raw"] is None, result
     assert "exited with 3" in result["message"]["error"] and "about to quit" in result["message"]["error"], result
+
+
+HELPER_SPIN = '''
+import os
+import time
+
+import torch
+
+
+def _spin(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _answer(x):
+    is_positive = (x > 0).to(torch.int64)
+    included = x.to(torch.int64) * ((torch.cumsum(is_positive, 0) - is_positive) % 2)
+    return torch.cumsum(included, 0).to(torch.int32)
+'''
+
+# The call's CPU work is done by a helper that double-forked into its own session at import,
+# so it is no longer the worker's child; the worker only waits.
+DETACHED_HELPER = HELPER_SPIN + '''
+_ask_r, _ask_w = os.pipe()
+_tell_r, _tell_w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() != 0:
+        os._exit(0)
+    with open("helper.pid", "w") as handle:
+        handle.write(str(os.getpid()))
+    while os.read(_ask_r, 1):
+        _spin(0.15)
+        os.write(_tell_w, b"k")
+    os._exit(0)
+os.wait()
+
+
+def prefix_sum(x):
+    os.write(_ask_w, b"?")
+    os.read(_tell_r, 1)
+    return _answer(x)
+'''
+
+
+@pytest.mark.torch
+def test_cpu_time_of_a_double_forked_helper_is_charged_and_the_helper_is_ended(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, DETACHED_HELPER, timer="cpu", warmup_calls=0, timed_calls=2))
+    assert result["raw"] is not None, result
+    assert all(t >= 140 for t in result["details"]["times_ms"]), result["details"]  # the helper's 150 ms each
+    assert result["details"]["processes"] >= 2 and result["details"]["leftover_processes_killed"] >= 1
+    helper = int((tmp_path / "solution" / "helper.pid").read_text())
+    assert not Path(f"/proc/{helper}").exists(), "the helper outlived scoring"
+
+
+# The call's work is done by a child; the solution first asks for SIGCHLD to be ignored, which
+# would have the kernel reap its children without adding their CPU time to anyone's.
+IGNORED_CHILDREN = HELPER_SPIN + '''
+import signal
+import sys
+
+try:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _reaped_by_kernel = True
+except OSError as exc:
+    print(f"refused: {exc}", file=sys.stderr, flush=True)
+    _reaped_by_kernel = False
+
+
+def prefix_sum(x):
+    children = []
+    for _ in range(2):  # two at once, so the wall-time floor stays well below their CPU time
+        child = os.fork()
+        if child == 0:
+            _spin(0.15)
+            os._exit(0)
+        children.append(child)
+    for child in children:
+        if _reaped_by_kernel:
+            while os.path.exists(f"/proc/{child}"):
+                time.sleep(0.001)
+        else:
+            os.waitpid(child, 0)
+    return _answer(x)
+'''
+
+
+@pytest.mark.torch
+def test_children_cannot_be_reaped_unaccounted(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, IGNORED_CHILDREN, timer="cpu", warmup_calls=0, timed_calls=2))
+    assert result["raw"] is not None, result
+    assert all(t >= 280 for t in result["details"]["times_ms"]), result["details"]  # the children's 2 x 150 ms
+    assert result["details"]["sigchld_guard"] == "active"
+    assert "refused: [Errno 1] Operation not permitted" in result["details"]["solution_output"]
+
+
+def test_usable_cores_follow_a_cgroup_quota_v1_or_v2(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("100000 100000\n")
+    assert score.usable_cores(str(v2)) == 1
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert score.usable_cores(str(v2)) == affinity
+    v1 = tmp_path / "v1" / "cpu,cpuacct"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert score.usable_cores(str(tmp_path / "v1")) == 1  # half a CPU rounds up to one
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert score.usable_cores(str(tmp_path / "v1")) == affinity
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("timer", ["wall", "cpu"])
+def test_the_paper_protocol_loads_the_input_before_the_clock_and_checks_the_answer(tmp_path: Path, timer: str) -> None:
+    """The `paper` profile's path (input put on the device before the clock starts) cannot run on
+    CUDA here; the same messages run on the CPU."""
+    ctx = _ctx(tmp_path, (HERE / "reference" / "solution.py").read_text())
+    worker = score.KernelWorker(ctx, "cpu", 50_000, 20.0, preload=True)
+    try:
+        x = score.random_input(50_000, np.random.Generator(np.random.PCG64(3)))
+        actual, problem, wall_s, cpu_s = worker.call(x, 20.0, timer)
+        assert problem is None and score.check_output(score.reference_prefix_sum(x), actual) is None
+        assert 0 < wall_s < 20 and cpu_s >= 0
+        short = x[:1000]
+        actual, problem, _, _ = worker.call(short, 20.0, timer)  # a shorter input in the same buffers
+        assert problem is None and score.check_output(score.reference_prefix_sum(short), actual) is None
+    finally:
+        worker.close()
+
+
+def test_tick_counted_cpu_time_is_charged_with_a_tick_to_spare() -> None:
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.5)) == pytest.approx(0.25)  # nothing reaped: exact
+    assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.6)) == pytest.approx(0.35 + tick)
