@@ -260,12 +260,17 @@ def build_image() -> None:
     assert built.returncode == 0, built.stderr
 
 
+SUBJECT = "subject"  # the user the submitted code runs as during scoring (see docs/security.md)
+LEFT_FILE = "subject_processes_after_scoring.txt"
+
+
 def replay(tmp_path: Path, hostile: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One attempt that scores the honest reference twice and the hostile solution twice, in turns."""
     actions: list[Any] = []
     for _ in range(2):
         actions += [{"write_file": {"path": "solution.py", "content": REFERENCE}}, {"score": {}},
-                    {"write_file": {"path": "solution.py", "content": hostile}}, {"score": {}}]
+                    {"write_file": {"path": "solution.py", "content": hostile}}, {"score": {}},
+                    {"bash": f"ps -o pid= -u {SUBJECT} | wc -l >> {LEFT_FILE}"}]
     actions.append({"submit": None})
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump({"actions": actions}))
@@ -317,6 +322,10 @@ def test_hostile_helpers_gain_nothing_on_docker(tmp_path: Path, attack: str) -> 
     for event in hostile:  # the attack really ran, and its helper did not outlive the scoring call
         details = json.loads(event["details"])
         assert "attack: helper" in details["solution_output"], details
-        assert details["leftover_processes_killed"] >= 1, details
+        assert details["processes"] >= 2, details  # the helper was in the charged process tree
+    # The scorer cannot signal the submitted code's user; the exec server ends all of its processes
+    # when the scoring call ends, which the agent saw after each hostile call.
+    left = (Path(row["snapshot_path"]) / LEFT_FILE).read_text().split()
+    assert left == ["0", "0"], left
     valid = [e["raw"] for e in events if e["valid"]]
     assert row["final_raw"] == pytest.approx(min(valid))  # best of what was recorded, nothing else
