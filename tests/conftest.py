@@ -48,3 +48,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
     full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "rebench.cli.app", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=cwd or REPO)
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run the real CLI entry point in this process: (exit status, stdout, stderr)."""
+    from rebench.cli.app import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -12,20 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rebench.cli.app import SUBCOMMANDS, load_subcommand, main
+from rebench.cli.app import SUBCOMMANDS, load_subcommand
 from rebench.cli.tables import Col, print_table
+from tests.conftest import run_main
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 # One bad-usage call per command (and group): each must say what is wrong in one line, exit 2.
@@ -54,7 +45,7 @@ BAD_USAGE = [
 
 @pytest.mark.parametrize(("argv", "named"), BAD_USAGE, ids=[" ".join(a) for a, _ in BAD_USAGE])
 def test_bad_usage_is_one_line_and_status_2(argv: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(argv, capsys)
+    code, out, err = run_main(argv, capsys)
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, (code, err)
     assert len(lines) == 1, err
@@ -63,7 +54,7 @@ def test_bad_usage_is_one_line_and_status_2(argv: list[str], named: str, capsys:
 
 
 def test_group_without_subcommand_shows_help(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(["envs"], capsys)
+    code, out, err = run_main(["envs"], capsys)
     assert code == 2  # Click's rule for a group called without a command
     assert "calibrate" in out + err and "error:" not in err
 
@@ -78,7 +69,7 @@ def test_declared_help_matches_each_command() -> None:
 
 def test_every_subcommand_help_works(capsys: pytest.CaptureFixture[str]) -> None:
     for name in SUBCOMMANDS:
-        code, out, _ = _run([name, "--help"], capsys)
+        code, out, _ = run_main([name, "--help"], capsys)
         assert code == 0 and "Usage" in out, name
 
 
@@ -150,5 +141,5 @@ def test_keys_wider_than_the_terminal_are_printed_whole() -> None:
 def test_envs_list_without_environments_says_where_it_looked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("REBENCH_ENVIRONMENTS", str(tmp_path / "missing"))
-    code, _, err = _run(["envs", "list"], capsys)
+    code, _, err = run_main(["envs", "list"], capsys)
     assert code == 2 and f"no environments in {tmp_path / 'missing'}" in " ".join(err.split())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rebench.cli.app import main
+from tests.conftest import run_main
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 ALIASES = {
@@ -22,25 +22,15 @@ ALIASES = {
 }
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 @pytest.mark.skipif(not METR_FILE.is_file(), reason="needs ../shared/data/metr-all-runs-2025-01-11.jsonl")
 def test_import_then_report_imported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "r.db")
-    code, out, _ = _run(["import", "metr-runs", str(METR_FILE), "--db", db], capsys)
+    code, out, _ = run_main(["import", "metr-runs", str(METR_FILE), "--db", db], capsys)
     assert code == 0 and "imported 1808 RE-Bench runs" in out
-    code, out, _ = _run(["import", "metr-runs", str(METR_FILE), "--db", db, "--json"], capsys)
+    code, out, _ = run_main(["import", "metr-runs", str(METR_FILE), "--db", db, "--json"], capsys)
     assert code == 0 and json.loads(out)["added"] == 0
 
-    code, out, _ = _run(["report", "--db", db, "--source", "imported", "--json"], capsys)
+    code, out, _ = run_main(["report", "--db", db, "--source", "imported", "--json"], capsys)
     assert code == 0
     rows = json.loads(out)
     assert {(r["estimator"], r["n_bootstrap"], r["seed"]) for r in rows} == {("expected_max", 1000, 0)}
@@ -57,13 +47,14 @@ def test_import_then_report_imported(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert kernel["n"] == 32 and kernel["point"] == pytest.approx(kernel["mean"])  # k = 1 is the mean
     assert kernel["anchors"] == "imported"
 
-    code, out, _ = _run(["report", "--db", db, "--source", "imported", "--n-bootstrap", "200", "--seed", "5"], capsys)
+    argv = ["report", "--db", db, "--source", "imported", "--n-bootstrap", "200", "--seed", "5"]
+    code, out, _ = run_main(argv, capsys)
     assert code == 0
     assert "200 resamples" in out and "seed 5" in out and "GPT-4 0314" in out and "human" in out
     assert "standing among human experts" in out and "0.64" in out  # the paper's figure, next to ours
 
     out_dir = tmp_path / "html"
-    code, out, _ = _run(["report", "--db", db, "--env", "triton_cumsum", "--out", str(out_dir)], capsys)
+    code, out, _ = run_main(["report", "--db", db, "--env", "triton_cumsum", "--out", str(out_dir)], capsys)
     assert code == 0 and (out_dir / "report.html").is_file() and (out_dir / "score_at_k.csv").is_file()
 
 
@@ -78,7 +69,7 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureF
         (["report", "--db", db], "no finished attempts match"),
         (["import", "metr-runs", str(tmp_path / "none.jsonl"), "--db", db], "no such file"),
     ):
-        code, _, err = _run(argv, capsys)
+        code, _, err = run_main(argv, capsys)
         assert code == 2, argv
         assert expected in err and len(err.strip().splitlines()) == 1, err
 
@@ -88,7 +79,7 @@ def test_malformed_import_through_the_cli(tmp_path: Path, capsys: pytest.Capture
     good = {"run_id": "r1", "task_family": "ai_rd_fix_embedding", "alias": "GPT-4o", "time_limit": 1800, "score": 0.1}
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "time_limit": "long"}) + "\n")
     db = str(tmp_path / "r.db")
-    code, _, err = _run(["import", "metr-runs", str(path), "--db", db], capsys)
+    code, _, err = run_main(["import", "metr-runs", str(path), "--db", db], capsys)
     assert code == 2 and "line 2: field 'time_limit'" in err
-    code, out, _ = _run(["report", "--db", db, "--json"], capsys)
+    code, out, _ = run_main(["report", "--db", db, "--json"], capsys)
     assert code == 0 and json.loads(out) == []  # nothing of the failed import was kept

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rebench.cli.app import main
 from rebench.report.data import Filters
 from rebench.report.render import print_terminal
 from rebench.report.service import make_report, settings_from_options
 from rebench.store import Store
+from tests.conftest import run_main
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 REBENCH = str(Path(sys.executable).with_name("rebench"))  # the installed entry point, run as a user would
@@ -25,16 +25,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not METR_FILE.is_file(), reason="needs ../shared/data/metr-all-runs-2025-01-11.jsonl"),
 ]
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +43,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.parametrize("at", ["30m", "2h", "8h", "4h", "16h"])
 def test_out_at_every_total(db: str, at: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / at
-    code, _, err = _run(["report", "--db", db, "--n-bootstrap", "100", "--at", at, "--out", str(out_dir)], capsys)
+    code, _, err = run_main(["report", "--db", db, "--n-bootstrap", "100", "--at", at, "--out", str(out_dir)], capsys)
     assert code == 0, err
     names = {p.name for p in out_dir.iterdir()}
     assert {"report.html", "report.md", "score_at_k.csv", "score_vs_budget.png", f"per_environment_{at}.png"} <= names
