@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from rebench.cli.app import SUBCOMMANDS, load_subcommand
-from rebench.cli.tables import Col, print_table
+from rebench.tables import Col, print_table
 from tests.conftest import run_main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
-from rebench.cli.tables import Col, print_table
 from rebench.errors import RebenchError
 from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreEvent
+from rebench.tables import Col, print_table
 
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
 

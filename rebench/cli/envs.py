@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rebench.cli.common import DbOption, JsonOption, console, err_console, fmt, open_store, print_json
-from rebench.cli.tables import Col, print_table
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:
     from rebench.store.db import Store

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from rebench.cli.common import JsonOption, console, err_console, print_json
-from rebench.cli.tables import Col, print_table
+from rebench.tables import Col, print_table
 
 app = typer.Typer(
     help="Docker images: bootstrap a base without a registry, list what is built.", no_args_is_help=True,

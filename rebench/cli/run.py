@@ -11,8 +11,8 @@ import typer
 
 from rebench.budget import format_duration, parse_duration
 from rebench.cli.common import DbOption, console, err_console, fmt, open_store
-from rebench.cli.tables import Col, print_table
 from rebench.errors import RebenchError
+from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
     from rebench.agents.base import AgentConfig

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
@@ -20,6 +19,7 @@ from rebench.report.allocation import Allocation
 from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
+from rebench.tables import Col, print_table
 
 ROW_FIELDS = list(ScoreRow.model_fields)
 KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
@@ -281,54 +281,19 @@ def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[lis
     return header[:i] + header[i + 1 :], [row[:i] + row[i + 1 :] for row in rows]
 
 
-# Descriptive text columns wrap at spaces; every other column (environment, agent, the numbers) is
-# shown whole. Columns are left out in DROPPABLE's order until the table fits the terminal.
-WRAPPING = {"human data", "best alloc", "", "anchors", "without >2"} | {f"best at {d}" for d in ("30m", "2h", "8h")}
-WRAP_MIN = 10
+# Key columns (environment, agent, allocation) are shown whole; the others wrap at spaces and
+# are left out, DROPPABLE's first, then from the right, until the table fits the terminal (see rebench.tables).
+WRAPPING = {"human data", "best alloc", "", "anchors", "without >2"}
 DROPPABLE = ("anchors", "95% interval", "min n", "source", "envs", "total", "n", "mean")
 
 
-def _wraps(column: str) -> bool:
-    return column in WRAPPING or column.startswith("best at ")
+def _columns(header: list[str]) -> list[Col]:
+    def key(column: str) -> bool:  # names (agent, environment, allocation), not numbers or prose
+        return not (column in DROPPABLE or column in WRAPPING or column in NUMERIC_COLUMNS
+                    or column.startswith("best at "))
 
-
-def _column_width(column: str, values: list[str]) -> int:
-    if _wraps(column):
-        words = [word for text in [column, *values] for word in text.split()]
-        return max([WRAP_MIN, *(len(word) for word in words)])
-    return max([len(column), *(len(value) for value in values)])
-
-
-def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> tuple[Table, int]:
-    """The table and the narrowest width it can take without cutting a cell."""
-    table = Table(title=title, title_justify="left")
-    width = 1
-    for i, column in enumerate(header):
-        least = _column_width(column, [row[i] for row in rows])
-        width += least + 3
-        table.add_column(
-            column,
-            justify="right" if column in NUMERIC_COLUMNS else "left",
-            no_wrap=not _wraps(column),
-            min_width=least,
-        )
-    for row in rows:
-        table.add_row(*row)
-    return table, width
-
-
-def _fitting_table(title: str, header: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
-    """The table, leaving out descriptive columns until it fits `width` (key columns stay, whole)."""
-    dropped: list[str] = []
-    while True:
-        table, least = _rich_table(title, header, rows)
-        column = next((c for c in DROPPABLE if c in header), None)
-        if least <= width or column is None:
-            return table, dropped
-        i = header.index(column)
-        header = header[:i] + header[i + 1 :]
-        rows = [row[:i] + row[i + 1 :] for row in rows]
-        dropped.append(column)
+    return [Col(column, key=key(column), justify="right" if column in NUMERIC_COLUMNS else "left")
+            for column in header]
 
 
 def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
@@ -341,12 +306,8 @@ def print_terminal(report: Report, console: Console, by_env: bool = False, info:
         console.print(f"all attempts below are {sources[0]}")
     for title, full_header, full_rows in _tables(report, by_env, info):
         header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
-        table, dropped = _fitting_table(title, header, rows, console.width)
-        console.print(table)
-        if dropped:
-            console.print(
-                f"(columns left out to fit {console.width} columns: {', '.join(dropped)}; see --json or --out)"
-            )
+        print_table(console, title, _columns(header), rows, more="--json or --out", drop_first=DROPPABLE,
+                    title_justify="left")
     for note in report.notes:
         console.print(f"note: {note}")
 

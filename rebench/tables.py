@@ -64,14 +64,14 @@ def fit_columns(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: in
 
 
 def print_table(console: Console, title: str | None, columns: Sequence[Col], rows: Sequence[Sequence[str]],
-                *, more: str | None = None, drop_first: Sequence[str] = ()) -> None:
+                *, more: str | None = None, drop_first: Sequence[str] = (), title_justify: str = "center") -> None:
     """Print rows under columns, fitted to the console's width (see the module docstring).
 
     `more` names where the full data lives (e.g. "--json"), for the note about dropped columns.
     """
     width = console.width
     keep = fit_columns(columns, rows, width, drop_first)
-    table = Table(title=title)
+    table = Table(title=title, title_justify=title_justify)  # type: ignore[arg-type]
     needs = {i: _needed(columns[i], [row[i] for row in rows]) for i in keep}
     for i in keep:
         col = columns[i]
