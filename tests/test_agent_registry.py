@@ -64,7 +64,7 @@ def test_plugin_named_like_a_builtin_is_an_error(site: Path, asked: str) -> None
         load_agent(AgentConfig(name=asked))
     message = str(info.value)
     assert "clash_plugin_agents:create_agent" in message  # the plugin's entry point
-    assert "agents.reference.agent:create_agent" in message  # the built-in it collides with
+    assert "rebench.agents.reference.agent:create_agent" in message  # the built-in it collides with
     assert "'clash_plugin'" in message and "\n" not in message
     with pytest.raises(RebenchError, match="has the name of the built-in agent 'reference'"):
         available_agents()
@@ -102,7 +102,7 @@ def test_clash_stops_rebench_run_before_anything_is_written(tmp_path: Path, fixt
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: agent plugin 'reference'")
-    assert "clash_plugin_agents:create_agent" in lines[0] and "agents.reference.agent:create_agent" in lines[0]
+    assert "clash_plugin_agents:create_agent" in lines[0] and "rebench.agents.reference.agent:create_agent" in lines[0]
     if db.exists():
         store = Store(db)
         with store.session() as session:

@@ -143,7 +143,7 @@ def test_core_imports_no_sdk_until_a_client_is_built() -> None:
     import sys
 
     code = (
-        "import sys, rebench.models, agents.modular.agent; "
+        "import sys, rebench.models, rebench.agents.modular.agent; "
         "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.modular.agent import create_agent
-from agents.modular.history import TRIMMED_NOTICE
-from agents.modular.prompts import NO_TOOL_CALL, time_note
 from rebench.agents.base import AgentConfig, LimitExceeded
+from rebench.agents.modular.agent import create_agent
+from rebench.agents.modular.history import TRIMMED_NOTICE
+from rebench.agents.modular.prompts import NO_TOOL_CALL, time_note
 from rebench.clock import AttemptClock
 from rebench.errors import RebenchError
 from tests.fake_model_server import FakeModelServer

@@ -1,7 +1,7 @@
 """Finding agents by name.
 
-Built-in agents live in the top-level `agents/` package, one folder each, whose
-`agent.py` defines `create_agent(config) -> Agent`. Third-party packages add
+Built-in agents live in subpackages of `rebench.agents` (`rebench/agents/NAME/`),
+one folder each, whose `agent.py` defines `create_agent(config) -> Agent`. Third-party packages add
 agents through the `rebench.agents` entry-point group, so nobody edits rebench to
 add one (and there is no global mutable registry).
 """
@@ -23,10 +23,7 @@ AgentFactory = Callable[[AgentConfig], Agent]
 
 
 def _builtin_names() -> list[str]:
-    try:
-        package = importlib.import_module("agents")
-    except ImportError:
-        return []
+    package = importlib.import_module("rebench.agents")
     return sorted(
         info.name
         for info in pkgutil.iter_modules(package.__path__)
@@ -60,7 +57,7 @@ def _plugins() -> dict[str, EntryPoint]:
 
 
 def _builtin_target(name: str) -> str:
-    return f"agents.{name}.agent:create_agent"
+    return f"rebench.agents.{name}.agent:create_agent"
 
 
 def _describe(ep: EntryPoint) -> str:
@@ -79,7 +76,7 @@ def load_agent(config: AgentConfig) -> Agent:
     """Build the agent named in `config`; an unknown name, or a plugin clashing with a built-in, is a one-line error."""
     plugins = _plugins()
     if config.name in _builtin_names():
-        module = importlib.import_module(f"agents.{config.name}.agent")
+        module = importlib.import_module(f"rebench.agents.{config.name}.agent")
         factory = cast(AgentFactory, module.create_agent)
         return factory(config)
     if config.name not in plugins:

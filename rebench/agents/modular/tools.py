@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.modular.settings import ModularSettings
 from rebench.agents.base import AgentContext
+from rebench.agents.modular.settings import ModularSettings
 from rebench.models import ToolCall, ToolSpec
 from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult
 

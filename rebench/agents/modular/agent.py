@@ -9,11 +9,11 @@ through the AgentContext, so it is timed, limited and recorded.
 
 from __future__ import annotations
 
-from agents.modular.history import estimate_tokens, trim_oldest
-from agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
-from agents.modular.settings import ModularSettings, parse_settings
-from agents.modular.tools import SUBMIT, ToolRunner, tool_specs
 from rebench.agents.base import Agent, AgentConfig, AgentContext
+from rebench.agents.modular.history import estimate_tokens, trim_oldest
+from rebench.agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
+from rebench.agents.modular.settings import ModularSettings, parse_settings
+from rebench.agents.modular.tools import SUBMIT, ToolRunner, tool_specs
 from rebench.models import (
     Completion,
     ContextWindowExceeded,
