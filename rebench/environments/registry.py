@@ -25,28 +25,22 @@ Folder layout (every part but the metadata and scoring is optional):
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
 from rebench.environments.metadata import METADATA_FILE, EnvironmentMetadata, Profile, load_metadata
 from rebench.errors import ConfigError, EnvironmentNotFound
+from rebench.resources import environments_dir
 from rebench.sandbox.base import SandboxPaths
 
 _HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
 
 
 def default_environments_dir() -> Path:
-    """`REBENCH_ENVIRONMENTS` if set, else this checkout's `environments/` (an editable install),
-    else `./environments` (a plain `pip install .` run from a checkout)."""
-    override = os.environ.get("REBENCH_ENVIRONMENTS")
-    if override:
-        return Path(override)
-    checkout = Path(__file__).resolve().parents[2] / "environments"
-    if not checkout.is_dir() and (Path.cwd() / "environments").is_dir():
-        return Path.cwd() / "environments"
-    return checkout
+    """The environments folder in force: `REBENCH_ENVIRONMENTS`, else this checkout's
+    `environments/`, else the copy bundled into the installed package (`rebench.resources`)."""
+    return environments_dir()
 
 
 @dataclass(frozen=True)

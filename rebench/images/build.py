@@ -62,7 +62,7 @@ def _ca_bytes(ca_bundle: Path | None) -> bytes:
 def _dockerfile(name: str) -> Path:
     path = dockerfiles_dir() / name
     if not path.is_file():
-        raise RebenchError(f"{path} is missing; is REBENCH_DOCKERFILES pointing at the docker/ folder?")
+        raise RebenchError(f"{path} is missing; is REBENCH_DOCKERFILES pointing at the dockerfiles/ folder?")
     return path
 
 

@@ -2,14 +2,15 @@
 
 An image is rebuilt only when something it is made of changes: the Dockerfile,
 the files copied into it, the image it starts from, and for environment images
-the environment folder and the profile (`Environment.content_hash`).
+the environment folder and the profile (`Environment.content_hash`). Where the
+Dockerfiles are found: `rebench.resources`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
+
+from rebench.resources import dockerfiles_dir as dockerfiles_dir  # re-exported for the image builders
 
 RAW_REPOSITORY = "rebench/debian"
 RAW_TAG = "bookworm-minbase"
@@ -17,12 +18,6 @@ BASE_CPU = "rebench/base-cpu"
 BASE_CUDA = "rebench/base-cuda"
 LABEL_KIND = "rebench.image"
 """Label on every image rebench builds: `raw`, `base-cpu`, `base-cuda` or `environment`."""
-
-
-def dockerfiles_dir() -> Path:
-    """The `docker/` folder of this checkout (`REBENCH_DOCKERFILES` overrides)."""
-    override = os.environ.get("REBENCH_DOCKERFILES")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "docker"
 
 
 def digest(*parts: bytes) -> str:
