@@ -14,7 +14,7 @@ database; nothing here writes to it.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -72,7 +72,8 @@ def _pandas_dtype(annotation: Any) -> str:
     return {str: "string", float: "float64", int: "int64", bool: "bool"}[annotation]
 
 
-def _score_row_columns() -> dict[str, str]:
+def score_row_columns() -> dict[str, str]:
+    """Columns and dtypes of the score@k frame: one per ScoreRow field (rebench.report.compute)."""
     from rebench.report.compute import ScoreRow
 
     return {name: _pandas_dtype(field.annotation) for name, field in ScoreRow.model_fields.items()}
@@ -189,7 +190,7 @@ def model_calls(db: Store | Path | str | None = None) -> pd.DataFrame:
 def score_rows(report: Report | None) -> pd.DataFrame:
     """A report's score@k rows (the rows of `rebench report --json`), one column per ScoreRow field."""
     rows = [] if report is None else [row.model_dump() for row in report.rows]
-    return _frame(rows, _score_row_columns())
+    return _frame(rows, score_row_columns())
 
 
 def score_at_k(db: Store | Path | str | None = None, **options: Any) -> pd.DataFrame:
@@ -208,8 +209,15 @@ def check_format(fmt: str) -> None:
     """A one-line error for an unknown format, or parquet without pyarrow, before any work is done."""
     if fmt not in FORMATS:
         raise RebenchError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise RebenchError(f"writing parquet needs pyarrow, which is not installed: {PARQUET_HINT}")
+    if fmt == "parquet":
+        _require_pyarrow("writing")
+
+
+def _require_pyarrow(doing: str) -> None:
+    try:
+        importlib.import_module("pyarrow")
+    except ImportError:
+        raise RebenchError(f"{doing} parquet needs pyarrow, which is not installed: {PARQUET_HINT}") from None
 
 
 def write_score_rows(report: Report | None, path: Path, fmt: str) -> Path:
@@ -239,13 +247,13 @@ def read_score_rows(path: Path | str) -> pd.DataFrame:
     """Read a file written by `write_score_rows` (or `rebench report --format csv|parquet`) back
     with the same columns and dtypes as `score_rows`."""
     path = Path(path)
-    columns = _score_row_columns()
+    columns = score_row_columns()
     if path.suffix == ".parquet":
-        if importlib.util.find_spec("pyarrow") is None:
-            raise RebenchError(f"reading parquet needs pyarrow, which is not installed: {PARQUET_HINT}")
+        _require_pyarrow("reading")
         raw = pd.read_parquet(path)
     else:
+        exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}  # 3: the default
         raw = pd.read_csv(path, dtype={n: d for n, d in columns.items() if d == "string"},
                           keep_default_na=False, na_values={n: [""] for n, d in columns.items() if d != "string"},
-                          float_precision="round_trip")
+                          **exact)
     return _frame(raw.to_dict("records"), columns)
