@@ -259,7 +259,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     Bad input raises RebenchError before any row is written. `calibrate=False` normalizes
     timing scores with the declared anchors where this machine has no calibration.
     `cancel_on_sigterm` (main thread only) treats SIGTERM like Ctrl-C: every running attempt
-    is marked interrupted and its sandbox stopped before the call raises.
+    is marked interrupted and its sandbox stopped, then KeyboardInterrupt is raised.
     """
     from rebench.calibration import resolve_anchors
     from rebench.campaign import CampaignRunner, plan_campaign, recover_orphans
@@ -314,16 +314,27 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
 
 async def _run(runner: CampaignRunner, campaign_id: int, spec: CampaignSpec,
                cancel_on_sigterm: bool) -> list[AttemptOutcome]:
-    """With `cancel_on_sigterm`, SIGTERM cancels like Ctrl-C: each attempt marks itself interrupted and cleans up."""
+    """With `cancel_on_sigterm`, SIGTERM cancels like Ctrl-C: each attempt marks itself interrupted and
+    cleans up, then KeyboardInterrupt is raised (as for Ctrl-C), not a bare CancelledError."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    handled = cancel_on_sigterm and task is not None
-    if handled and task is not None:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    terminated: list[bool] = []
+
+    def terminate() -> None:
+        terminated.append(True)
+        if task is not None:
+            task.cancel()
+
+    if cancel_on_sigterm:
+        loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         return await runner.run(campaign_id, spec)
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt("terminated (SIGTERM)") from None
+        raise
     finally:
-        if handled:
+        if cancel_on_sigterm:
             loop.remove_signal_handler(signal.SIGTERM)
 
 

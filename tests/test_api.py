@@ -4,9 +4,12 @@ dependency-free `counter` fixture environment (score = the number in value.txt),
 from __future__ import annotations
 
 import ast
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,39 @@ def replay_spec(tmp_path: Path, actions: list[Any], **fields: Any) -> api.Campai
     agent = api.AgentConfig(name="replay", args={"script": str(script)})
     return api.CampaignSpec(**{"environments": ["counter"], "agent": agent, "budget_s": "1m", "backend": "local",
                                **fields})
+
+
+@pytest.mark.slow
+def test_sigterm_interrupts_the_campaign_like_ctrl_c(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
+    """`rebench run` (which asks run_campaign to cancel on SIGTERM): the attempt is marked interrupted,
+    its processes are killed, and the command ends with one line and status 130, not a traceback."""
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [{"write_file": {"path": "value.txt", "content": "4"}},
+                                                  {"score": {}}, {"bash": "sleep 765.25"}]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rebench.cli.app", "run", "--env", "counter", "--agent", "replay", "--agent-arg",
+         f"script={script}", "--budget", "10m", "--backend", "local", "--db", str(db_path)],
+        env={**os.environ, "REBENCH_ENVIRONMENTS": str(fixture_envs)}, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (db_path.exists() and rows_or_none(db_path)):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "error: interrupted" and "Traceback" not in stderr
+    assert rows(db_path, "select status, error_source from attempts") == [("interrupted", "user")]
+    assert rows(db_path, "select status from campaigns") == [("interrupted",)]
+    assert subprocess.run(["pgrep", "-f", "sleep 765.25"], capture_output=True).returncode == 1
+
+
+def rows_or_none(db: Path) -> list[tuple[Any, ...]] | None:
+    """The score events once the database is migrated, None before."""
+    try:
+        return rows(db, "select id from events where kind = 'score'")
+    except sqlite3.OperationalError:
+        return None
 
 
 class Recorder:
