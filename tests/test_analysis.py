@@ -210,11 +210,14 @@ def test_parquet_without_pyarrow_names_the_extra(own_envs: Path, tmp_path: Path,
                            "pip install 'rebench[report]' (it brings pyarrow)")
 
 
-def test_an_empty_database_gives_empty_frames_and_a_missing_one_an_error(tmp_path: Path) -> None:
+def test_an_empty_database_gives_empty_frames_and_a_missing_one_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.db"
     api.open_store(empty).close()
     assert analysis.attempts(empty).empty and analysis.model_calls(empty).empty
     assert_columns(analysis.score_at_k(empty), analysis.score_row_columns())
+    code, out, _ = run_main(["report", "--db", str(empty), "--format", "csv"], capsys)
+    assert code == 0 and out == ",".join(analysis.score_row_columns()) + "\n"  # the header, for scripts
     missing = tmp_path / "typo.db"
     with pytest.raises(RebenchError, match="no database at"):
         analysis.events(missing)
