@@ -14,11 +14,13 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
+from rebench.budget import parse_duration
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
@@ -30,18 +32,61 @@ MAX_INFRA_RETRIES = 1
 
 
 class CampaignSpec(BaseModel):
-    """What `rebench run` was asked to do; stored with the campaign."""
+    """What to run: every environment x `k` attempts of one agent under one budget; stored with the campaign.
+
+    Out-of-range values raise RebenchError (one line naming the value), not pydantic's
+    ValidationError, so a bad spec fails the same way from the API and the command line.
+    """
 
     environments: list[str]
     agent: AgentConfig
-    profile: str
-    budget_s: float = Field(gt=0)
-    k: int = Field(ge=1)
-    backend: str
-    seed: int = 0
-    parallel: int = Field(1, ge=1)
-    gpus: list[int] = Field(default_factory=list)
-    network: bool | None = None
+    profile: str = "tiny"
+    budget_s: float = Field(description="working time per attempt in seconds, or a duration like '30m'")
+    k: int = 1
+    backend: str | None = Field(None, description="local or docker; None: docker if an engine answers")
+    seed: int = Field(0, description="seed of the first attempt of each environment; attempt i gets seed+i")
+    parallel: int = 1
+    gpus: list[int] = Field(default_factory=list, description="GPU device ids the scheduler may lease")
+    network: bool | None = Field(None, description="override every environment's network setting")
+
+    @field_validator("environments")
+    @classmethod
+    def _some_environments(cls, names: list[str]) -> list[str]:
+        names = [name.strip() for name in names if name.strip()]
+        if not names:
+            raise RebenchError("--env needs at least one environment name")
+        return names
+
+    @field_validator("budget_s", mode="before")
+    @classmethod
+    def _budget(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_duration(value)
+        if isinstance(value, int | float) and not value > 0:  # also refuses nan
+            raise RebenchError(f"invalid budget {value!r}: must be a positive number of seconds")
+        return value
+
+    @field_validator("k", "parallel")
+    @classmethod
+    def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
+        if value < 1:
+            flag = "-k" if info.field_name == "k" else f"--{info.field_name}"
+            raise RebenchError(f"invalid {flag} {value}: must be at least 1")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _device_ids(cls, ids: list[int]) -> list[int]:
+        if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise RebenchError(f"invalid --gpus {ids}: use distinct device ids like 0,1,2")
+        return ids
+
+    @property
+    def chosen_backend(self) -> str:
+        """The backend attempts run on; rebench.api.run_campaign fills it in before planning."""
+        if self.backend is None:
+            raise RebenchError("the campaign's backend is not chosen yet: set backend to 'local' or 'docker'")
+        return self.backend
 
 
 def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistry) -> tuple[int, list[int]]:
@@ -59,7 +104,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
                 attempt = Attempt(
                     campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
                     profile=spec.profile, agent=spec.agent.name, model=spec.agent.model, budget_s=spec.budget_s,
-                    seed=spec.seed + index, status="queued", backend=spec.backend,
+                    seed=spec.seed + index, status="queued", backend=spec.chosen_backend,
                 )
                 session.add(attempt)
                 session.flush()
@@ -168,7 +213,7 @@ class CampaignRunner:
 
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
                               gpus: list[int]) -> AttemptOutcome:
-        runner = AttemptRunner(self.store, env, backend=spec.backend, snapshots_dir=self.snapshots_dir,
+        runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
                                network=spec.network)
         outcome = await runner.run(attempt_id, spec.agent)

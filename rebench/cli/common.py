@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from rebench.api import Observer
     from rebench.store.db import Store
 
 console = Console()
@@ -27,6 +28,20 @@ def open_store(db: Path | None) -> Store:
     from rebench.store.db import Store, default_db_path  # SQLAlchemy: only for commands that use the database
 
     return Store(db if db is not None else default_db_path())
+
+
+def observer(**callbacks: Any) -> Observer:
+    """An API observer that prints warnings, notes and build/calibration logs on stderr,
+    calibration results on stdout, plus whatever `callbacks` a command adds."""
+    from rebench.api import Observer  # the API loads only when a command runs, not for --help
+
+    printers: dict[str, Any] = {
+        "warning": lambda m: err_console.print(f"[yellow]warning:[/] {m}"),
+        "note": lambda m: err_console.print(f"[yellow]note:[/] {m}"),
+        "log": lambda m: err_console.print(m, highlight=False),
+        "calibrated": lambda result: console.print(result.summary()),
+    }
+    return Observer(**{**printers, **callbacks})
 
 
 def _clean(value: Any) -> Any:

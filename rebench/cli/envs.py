@@ -1,20 +1,15 @@
-"""`rebench envs list|show|build|calibrate`."""
+"""`rebench envs list|show|build|calibrate`: options in, rebench.api (or the registry) called, results printed."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from rebench.cli.common import DbOption, JsonOption, console, err_console, fmt, open_store, print_json
+from rebench.cli.common import DbOption, JsonOption, console, fmt, observer, print_json
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.tables import Col, print_table
-
-if TYPE_CHECKING:
-    from rebench.store.db import Store
 
 app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True, add_completion=False)
 
@@ -58,11 +53,10 @@ def list_command(json_output: JsonOption = False) -> None:
 @app.command("show")
 def show_command(name: str, db: DbOption = None, json_output: JsonOption = False) -> None:
     """Metadata, profiles and the anchors normalization will use on this machine."""
-    from rebench.calibration import resolve_anchors
+    from rebench.api import anchors_in_use
 
     env = EnvironmentRegistry().get(name)
-    store = open_store(db)
-    resolved = {p: resolve_anchors(store, env, p).model_dump() for p in env.metadata.profiles}
+    resolved = {p: anchors.model_dump() for p, anchors in anchors_in_use(env, db).items()}
     if json_output:
         print_json({"metadata": env.metadata.model_dump(), "root": str(env.root), "anchors_in_use": resolved})
         return
@@ -86,26 +80,10 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
 @app.command("build")
 def build_command(name: str, profile: ProfileOption = "tiny", backend: BackendOption = None) -> None:
     """Prepare an environment: its virtualenv and assets (local) or its image (docker)."""
-    from rebench.sandbox.factory import resolve_backend
+    from rebench.api import build_environment
 
-    env = EnvironmentRegistry().get(name)
-    env.profile(profile)
-    chosen, warning = resolve_backend(backend)
-    if warning:
-        err_console.print(f"[yellow]warning:[/] {warning}")
-    build_environment(env, profile, chosen)
+    chosen = build_environment(name, profile, backend, observer=observer())
     console.print(f"built {name} ({profile}) for the {chosen} backend")
-
-
-def build_environment(env: Environment, profile: str, backend: str) -> None:
-    """Build what an attempt on this backend needs; a no-op when it is already cached."""
-    from rebench.environments.build import assets_dir, local_python
-
-    local_python(env, log=lambda m: err_console.print(m, highlight=False))
-    assets_dir(env, profile, log=lambda m: err_console.print(m, highlight=False))
-    if backend == "docker":
-        images = importlib.import_module("rebench.images")
-        images.build_environment_image(env, profile, log=lambda m: err_console.print(m, highlight=False))
 
 
 @app.command("calibrate")
@@ -117,22 +95,6 @@ def calibrate_command(
     db: DbOption = None,
 ) -> None:
     """Measure the starting and reference raw scores on this machine and store them as anchors."""
-    from rebench.sandbox.factory import resolve_backend
+    from rebench.api import calibrate
 
-    env = EnvironmentRegistry().get(name)
-    env.profile(profile)
-    chosen, _ = resolve_backend(backend)
-    build_environment(env, profile, chosen)
-    calibrate_environment(open_store(db), env, profile, chosen, repeats)
-
-
-def calibrate_environment(store: Store, env: Environment, profile: str, backend: str, repeats: int = 3) -> None:
-    from rebench.calibration import hardware_fingerprint, measure_anchors, save_calibration
-
-    start, reference = asyncio.run(measure_anchors(
-        env, profile, backend=backend, repeats=repeats, log=lambda m: err_console.print(m, highlight=False)))
-    row = save_calibration(store, env, profile, start, reference)
-    console.print(
-        f"calibrated {env.name} ({profile}) on {hardware_fingerprint().description}: "
-        f"start {row.start_raw:.4f}, reference {row.reference_raw:.4f} (hardware key {row.hardware})"
-    )
+    calibrate(name, profile, backend, repeats, db=db, observer=observer())

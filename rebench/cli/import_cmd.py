@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
-from rebench.report.importer import read_metr_runs, store_metr_runs
+from rebench.cli.common import DbOption, JsonOption, console, print_json
 
 app = typer.Typer(help="Import results produced elsewhere.", no_args_is_help=True, add_completion=False)
 
@@ -23,12 +22,9 @@ def metr_runs_command(
     json_output: JsonOption = False,
 ) -> None:
     """Import the RE-Bench rows (task families ai_rd_*) of METR's export; runs already imported (by run id) are skipped."""
-    export = read_metr_runs(path, allow_empty=allow_empty)  # bad input stops here, before the database is opened
-    store = open_store(db)
-    try:
-        summary = store_metr_runs(store, export)
-    finally:
-        store.close()
+    from rebench.api import import_metr_runs
+
+    summary = import_metr_runs(path, db=db, allow_empty=allow_empty)  # a bad file writes nothing
     if json_output:
         print_json(summary.model_dump())
         return

@@ -12,12 +12,12 @@ from typing import Annotated
 
 import typer
 
-from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
+from rebench.cli.common import DbOption, JsonOption, console, print_json
 from rebench.errors import RebenchError
 from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
-from rebench.report.data import Filters
-from rebench.report.render import print_terminal, report_json, write_outputs
-from rebench.report.service import make_report, settings_from_options
+from rebench.report.render import print_terminal, report_json, score_rows_csv, write_outputs
+
+FORMATS = ("table", "csv", "parquet")
 
 
 def report_command(
@@ -25,8 +25,14 @@ def report_command(
     json_output: JsonOption = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Write report.md, score_at_k.csv, report.html and the plots (PNG) here."),
+        typer.Option("--out", help="Write report.md, score_at_k.csv, report.html and the plots (PNG) here; "
+                     "with --format csv or parquet, the score@k rows to this file (or into this folder)."),
     ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="table (the default: tables here, files with --out), or the score@k rows "
+                     "as csv (on stdout without --out) or parquet (needs --out and pyarrow)."),
+    ] = "table",
     campaign: Annotated[list[int] | None, typer.Option("--campaign", help="Only these campaign ids.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="Only these environments.")] = None,
     agent: Annotated[
@@ -56,13 +62,29 @@ def report_command(
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
 ) -> None:
     """Score@k per agent and total time budget, with bootstrap intervals and human comparison."""
-    filters = Filters(campaigns=campaign or (), environments=env or (), agents=agent or (), source=source)
-    settings = settings_from_options(estimator, n_bootstrap, seed, budgets, at, exclude_above)
-    store = open_store(db)
-    try:
-        report = make_report(store, filters, settings)
-    finally:
-        store.close()
+    if fmt not in FORMATS:
+        raise RebenchError(f"invalid --format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fmt != "table":
+        from rebench.analysis import check_format
+
+        check_format(fmt)  # parquet without pyarrow fails here, before the report is computed
+        if json_output:
+            raise RebenchError(f"--json and --format {fmt} are two outputs for the same rows: pick one")
+        if fmt == "parquet" and out is None:
+            raise RebenchError("--format parquet writes a binary file: give --out FILE")
+    from rebench.api import report as make_report
+
+    report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
+                         estimator=estimator, n_bootstrap=n_bootstrap, seed=seed, budgets=budgets, at=at,
+                         exclude_above=exclude_above)
+    if fmt != "table":
+        if out is None:
+            typer.echo(score_rows_csv(report), nl=False)
+            return
+        from rebench.analysis import write_score_rows
+
+        console.print(f"wrote {write_score_rows(report, out, fmt)}", highlight=False, soft_wrap=True)
+        return
     if report is None:
         if json_output:
             print_json([])

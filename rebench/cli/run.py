@@ -1,22 +1,18 @@
-"""`rebench run`: plan a campaign, build what it needs, run it, print a summary."""
+"""`rebench run`: parse the options, call rebench.api.run_campaign, print progress and a summary."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import signal
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rebench.budget import format_duration, parse_duration
-from rebench.cli.common import DbOption, console, err_console, fmt, open_store
+from rebench.budget import format_duration
+from rebench.cli.common import DbOption, console, fmt, observer
 from rebench.errors import RebenchError
 from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
-    from rebench.agents.base import AgentConfig
-    from rebench.campaign import CampaignRunner, CampaignSpec
+    from rebench.api import PlannedCampaign
     from rebench.runner import AttemptOutcome
 
 
@@ -39,19 +35,6 @@ def _parse_gpus(text: str | None) -> list[int]:
         raise RebenchError(f"invalid --gpus {text!r}: use device ids like 0,1,2") from None
 
 
-def _check_model(config: AgentConfig) -> None:
-    """Fail before any sandbox starts when the model's provider key is missing."""
-    if config.model is None:
-        return
-    try:
-        models = importlib.import_module("rebench.models")
-    except ImportError:
-        return
-    check = getattr(models, "check_model_available", None)
-    if check is not None:
-        check(config)
-
-
 def run_command(
     env: Annotated[str, typer.Option("--env", "-e", help="Environment name(s), comma-separated.")],
     agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name, e.g. reference, replay, modular.")],
@@ -72,85 +55,38 @@ def run_command(
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
-    from rebench.agents.base import AgentConfig
-    from rebench.agents.registry import load_agent
-    from rebench.calibration import resolve_anchors
-    from rebench.campaign import CampaignRunner, CampaignSpec, plan_campaign, recover_orphans
-    from rebench.cli.envs import build_environment, calibrate_environment
-    from rebench.environments.registry import EnvironmentRegistry
-    from rebench.sandbox.factory import resolve_backend
-    from rebench.sandbox.local import LOCAL_WARNING
-    from rebench.scoring.score_helper import confinement_unavailable
+    from rebench import api
 
-    if k < 1:
-        raise RebenchError(f"invalid -k {k}: must be at least 1")
-    budget_s = parse_duration(budget)
-    names = [name.strip() for name in env.split(",") if name.strip()]
-    if not names:
-        raise RebenchError("--env needs at least one environment name")
-    registry = EnvironmentRegistry()
-    environments = [registry.get(name) for name in names]
-    for environment in environments:
-        environment.profile(profile)
-    config = AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_agent_args(agent_arg or []),
-                         token_limit=token_limit, cost_limit_usd=cost_limit)
-    load_agent(config)  # a bad agent name or script fails here, before anything is written
-    _check_model(config)
-    chosen, warning = resolve_backend(backend)
-    if warning:
-        err_console.print(f"[yellow]warning:[/] {warning}")
-    if chosen == "local":
-        err_console.print(f"[yellow]note:[/] {LOCAL_WARNING}")
-    unconfined = confinement_unavailable()
-    if unconfined:
-        err_console.print(f"[yellow]warning:[/] {unconfined}: submitted code will run unconfined while it is "
-                          "scored and could read held-out data (needs Linux 5.13+ with Landlock enabled)")
-    spec = CampaignSpec(environments=names, agent=config, profile=profile, budget_s=budget_s, k=k,
-                        backend=chosen, seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network)
-    for environment in environments:
-        build_environment(environment, profile, chosen)
-    store = open_store(db)
-    orphans = recover_orphans(store)
-    if orphans:
-        err_console.print(f"marked {orphans} attempt(s) of a dead harness process as interrupted")
-    for environment in environments:
-        needs = environment.profile(profile).hardware_dependent
-        if calibrate and needs and resolve_anchors(store, environment, profile).kind == "declared":
-            err_console.print(f"{environment.name} scores are timings and this machine has no calibration: "
-                              "measuring the starting and reference solutions first")
-            calibrate_environment(store, environment, profile, chosen)
-    campaign_id, attempt_ids = plan_campaign(store, spec, registry)
+    spec = api.CampaignSpec(
+        environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
+        seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network,
+        agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_agent_args(agent_arg or []),
+                              token_limit=token_limit, cost_limit_usd=cost_limit),
+    )
+    result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True,
+                              observer=observer(planned=_planned, progress=_progress, finished=_finished))
+    _summary(result.outcomes)
+
+
+def _planned(campaign: PlannedCampaign) -> None:
+    spec = campaign.spec
     console.print(
-        f"campaign {campaign_id}: {len(attempt_ids)} attempt(s) of [bold]{agent}[/] on {', '.join(names)} "
-        f"({profile}, {format_duration(budget_s)} each, backend {chosen})"
+        f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{spec.agent.name}[/] "
+        f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
+        f"backend {spec.backend})"
     )
 
-    def progress(attempt_id: int, message: str) -> None:
-        console.print(f"  attempt {attempt_id}: {message}", highlight=False)
 
-    def finished(outcome: AttemptOutcome) -> None:
-        detail = f" ({outcome.limit_reason})" if outcome.limit_reason else ""
-        if outcome.error_message:
-            detail += f": {outcome.error_message}"
-        console.print(f"  attempt {outcome.attempt_id}: [bold]{outcome.status}[/]{detail}, "
-                      f"normalized {fmt(outcome.final_normalized)}", highlight=False)
-
-    runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
-                            progress=progress, on_outcome=finished)
-    outcomes = asyncio.run(_run_interruptible(runner, campaign_id, spec))
-    _summary(outcomes)
+def _progress(attempt_id: int, message: str) -> None:
+    console.print(f"  attempt {attempt_id}: {message}", highlight=False)
 
 
-async def _run_interruptible(runner: CampaignRunner, campaign_id: int, spec: CampaignSpec) -> list[AttemptOutcome]:
-    """SIGTERM is handled like Ctrl-C: cancel, let each attempt mark itself interrupted and clean up."""
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if task is not None:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    try:
-        return await runner.run(campaign_id, spec)
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+def _finished(outcome: AttemptOutcome) -> None:
+    detail = f" ({outcome.limit_reason})" if outcome.limit_reason else ""
+    if outcome.error_message:
+        detail += f": {outcome.error_message}"
+    console.print(f"  attempt {outcome.attempt_id}: [bold]{outcome.status}[/]{detail}, "
+                  f"normalized {fmt(outcome.final_normalized)}", highlight=False)
 
 
 def _summary(outcomes: list[AttemptOutcome]) -> None:

@@ -356,11 +356,13 @@ def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, st
     return "\n".join(lines) + "\n"
 
 
-def _csv(report: Report) -> str:
+def score_rows_csv(report: Report | None) -> str:
+    """The score@k rows as CSV, one column per ScoreRow field (score_at_k.csv, `--format csv`);
+    only the header when there is no report (nothing matched)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=ROW_FIELDS, lineterminator="\n")
     writer.writeheader()
-    for row in report.rows:
+    for row in report.rows if report is not None else []:
         writer.writerow(row.model_dump())
     return buffer.getvalue()
 
@@ -418,7 +420,7 @@ def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = 
     figures = _figures(report, info)
     files: dict[Path, bytes] = {
         out_dir / "report.md": _markdown(report, info, figures).encode("utf-8"),
-        out_dir / "score_at_k.csv": _csv(report).encode("utf-8"),
+        out_dir / "score_at_k.csv": score_rows_csv(report).encode("utf-8"),
         out_dir / "report.html": _html(report, info, figures).encode("utf-8"),
     }
     files.update({out_dir / name: png for _, name, png in figures if png is not None})

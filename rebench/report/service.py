@@ -1,4 +1,4 @@
-"""One call from options to a finished report, shared by the CLI and the benchmark script."""
+"""One call from options to a finished report, shared by rebench.api.report and the benchmark script."""
 
 from __future__ import annotations
 
