@@ -243,7 +243,7 @@ def test_a_disk_filler_is_stopped_and_ends_as_a_disk_limit(image: str, monkeypat
     import asyncio
 
     from rebench.agents.base import LimitExceeded
-    from rebench.sandbox import docker as docker_backend
+    from rebench.sandbox.docker import sandbox as docker_backend
 
     monkeypatch.setenv("REBENCH_DISK_LIMIT_GB", "0.1")
     monkeypatch.setattr(docker_backend, "DISK_POLL_S", 0.5)

@@ -21,14 +21,20 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
+from rebench.environments.build import local_python
+from rebench.environments.registry import Environment
+from rebench.errors import SandboxError
+from rebench.paths import cache_dir
 from rebench.sandbox.base import (
     OUTPUT_LIMIT_BYTES,
     TRUNCATION_MARKER,
     ExecResult,
+    SandboxBackend,
     SandboxPaths,
     SandboxSpec,
     User,
@@ -214,6 +220,7 @@ class LocalSandbox:
             python=python,
         )
         self._started = False
+        self._stopped = False
 
     async def start(self) -> None:
         for folder in (self.paths.home, self.paths.solution, self.paths.protected):
@@ -250,6 +257,8 @@ class LocalSandbox:
         cwd: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        if self._stopped:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} was stopped")
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         started = time.monotonic()
         command_marker = uuid.uuid4().hex
@@ -324,6 +333,8 @@ class LocalSandbox:
             target.chmod(mode)
 
     async def copy_in(self, source_dir: str, dest: str, *, user: User = "agent", read_only: bool = False) -> None:
+        if not Path(source_dir).is_dir():
+            raise SandboxError(f"copy_in: {source_dir} is not a directory")
         target = self._host_path(dest)
         target.mkdir(parents=True, exist_ok=True)
         source = Path(source_dir)
@@ -347,8 +358,21 @@ class LocalSandbox:
         return self._started and self.root.is_dir()
 
     async def stop(self) -> None:
+        self._stopped = True
         self.kill_all()
         if self.root.exists():
             _make_writable(self.root)
             shutil.rmtree(self.root, ignore_errors=True)
         self._started = False
+
+
+def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
+    """A fresh attempt folder under the cache, running the environment's local python."""
+    work = cache_dir() / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
+    return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
+
+
+BACKEND = SandboxBackend(create=create_sandbox)
+"""What the `local` entry point of group `rebench.sandboxes` names."""
