@@ -110,7 +110,8 @@ class Sandbox(Protocol):
         cwd: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
-        """Run `cmd` (a string goes to `bash -c`) as `user` in `cwd` (default: the solution folder).
+        """Run `cmd` (a string goes to `bash -c`) as `user` in `cwd` (relative: under the solution
+        folder; default: the solution folder, or the home folder while there is none).
 
         Returns when the command's shell exits (a background child holding the output pipes
         does not hold the call) or at `timeout`, after killing its whole tree. Raises

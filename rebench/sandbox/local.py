@@ -266,15 +266,22 @@ class LocalSandbox:
         environment[COMMAND_MARKER_VAR] = command_marker
         # Popen plus pidfd rather than asyncio's subprocess: on Python 3.11 its wait() does not
         # return while a background child still holds the pipes (`sleep 100 & echo started`).
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd or self.paths.solution,
-            env=environment,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._host_path(cwd) if cwd else self.paths.solution,
+                env=environment,
+                start_new_session=True,
+            )
+        except OSError as exc:  # no such program or folder: the command's failure, as a shell reports it
+            return ExecResult(
+                exit_code=127 if isinstance(exc, FileNotFoundError) else 126,
+                stderr=f"rebench: cannot start command: {type(exc).__name__}: {exc}\n",
+                duration_s=time.monotonic() - started,
+            )
         run = _RunningCommand(proc, stdin)
         timed_out = False
         try:
