@@ -40,8 +40,9 @@ from typing import Any, TypeVar
 import pytest
 
 from rebench.errors import SandboxError
-from rebench.sandbox.base import TRUNCATION_MARKER, ExecResult, Sandbox, SandboxSpec
+from rebench.sandbox.base import ExecResult, Sandbox, SandboxSpec
 from rebench.sandbox.local import LocalSandbox
+from rebench.sandbox.output import TRUNCATION_MARKER
 
 from .docker_support import base_image, docker_engine, started_sandbox
 
@@ -108,6 +109,15 @@ def _host_processes(needle: str) -> list[int]:
                     found.append(int(entry.name))
             except OSError:
                 continue
+    return found
+
+
+async def _seen_on_host(needle: str, within_s: float = 5.0) -> list[int]:
+    """`_host_processes`, waiting a little: a process in the middle of an exec (nohup, then
+    setsid, then sleep) shows no command line for a moment."""
+    deadline = time.monotonic() + within_s
+    while not (found := _host_processes(needle)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     return found
 
 
@@ -189,7 +199,7 @@ def test_background_children_neither_hold_the_call_nor_outlive_a_cancellation(ba
     assert (background.exit_code, background.stdout, background.timed_out) == (0, "started\n", False)
     assert out["background_s"] < 3
     chatty: ExecResult = out["chatty"]
-    assert chatty.exit_code == 0 and chatty.stdout.startswith("started\n") and out["chatty_s"] < 3
+    assert chatty.exit_code == 0 and "started" in chatty.stdout.splitlines() and out["chatty_s"] < 3
     assert out["chatty_left"].stdout.strip() == "0"  # SIGPIPE once the call returned
     assert out["still_running"].stdout.strip() == "1"  # a background process outlives its command
     assert out["after_cancel"].stdout.strip() == "0"  # but not a cancellation of its call
@@ -259,7 +269,7 @@ def test_stop_kills_everything_and_ends_the_sandbox(backend: str, tmp_path: Path
         async with started(backend, tmp_path) as sb:
             await sb.exec(f"nohup setsid sleep {lingering} >/dev/null 2>&1 &")
             alive_before = await sb.alive()
-            running = _host_processes(f"sleep {lingering}")
+            running = await _seen_on_host(f"sleep {lingering}")
         after: dict[str, Any] = {"alive_before": alive_before, "running": running, "alive_after": await sb.alive()}
         after["left"] = _host_processes(f"sleep {lingering}")
         with pytest.raises(SandboxError):

@@ -22,8 +22,6 @@ User = Literal["agent", "root", "scorer"]
 """Who runs a command: the agent under test, the harness, or the scoring helper
 (the agent's uid plus the `protected` group, as in RE-Bench)."""
 
-OUTPUT_LIMIT_BYTES = 1_000_000
-TRUNCATION_MARKER = "\n[... output truncated by rebench: {dropped} bytes dropped ...]\n"
 
 
 class ExecResult(BaseModel):
@@ -85,7 +83,7 @@ class Sandbox(Protocol):
     - a timeout is a result, not an exception: `timed_out` is set, `exit_code` is None and
       what the command printed until then is kept;
     - each stream is capped at `OUTPUT_LIMIT_BYTES`, keeping head and tail around
-      `TRUNCATION_MARKER`, with `truncated` set.
+      `TRUNCATION_MARKER`, with `truncated` set (rebench.sandbox.output).
 
     Errors (rebench.errors): `SandboxStartError` when the sandbox cannot be created or
     started, `SandboxDied` when a started one is gone, other `SandboxError`s for an
@@ -164,14 +162,3 @@ class SandboxBackend:
     """Build (not start) the attempt's sandbox for this environment; may raise SandboxStartError."""
     available: Callable[[], bool] = lambda: True
     """Whether the backend can run now (an engine answers); asked only to pick the default backend."""
-
-
-def cap_output(data: bytes, limit: int = OUTPUT_LIMIT_BYTES) -> tuple[str, bool]:
-    """Decode output, keeping head and tail with a clear marker when it is too long."""
-    if len(data) <= limit:
-        return data.decode("utf-8", errors="replace"), False
-    half = limit // 2
-    dropped = len(data) - 2 * half
-    head = data[:half].decode("utf-8", errors="replace")
-    tail = data[-half:].decode("utf-8", errors="replace")
-    return head + TRUNCATION_MARKER.format(dropped=dropped) + tail, True

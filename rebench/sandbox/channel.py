@@ -18,7 +18,7 @@ import struct
 from typing import Any
 
 from rebench.errors import SandboxDied, SandboxStartError
-from rebench.sandbox.base import TRUNCATION_MARKER
+from rebench.sandbox.output import join_cut
 
 _MUX_HEADER = struct.Struct(">BxxxI")
 _FRAME_HEADER = struct.Struct(">I")
@@ -28,11 +28,7 @@ def decode_capture(capture: dict[str, Any]) -> tuple[str, bool]:
     """Rebuild a capped stream from the server's head/tail pieces, with the usual marker."""
     head = base64.b64decode(capture.get("head", ""))
     tail = base64.b64decode(capture.get("tail", ""))
-    dropped = int(capture.get("dropped", 0))
-    if not tail and not dropped:
-        return head.decode("utf-8", errors="replace"), False
-    text = head.decode("utf-8", errors="replace") + TRUNCATION_MARKER.format(dropped=dropped)
-    return text + tail.decode("utf-8", errors="replace"), True
+    return join_cut(head, tail, int(capture.get("dropped", 0)))
 
 
 class ExecChannel:

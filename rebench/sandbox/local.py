@@ -30,16 +30,8 @@ from rebench.environments.build import local_python
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.paths import cache_dir
-from rebench.sandbox.base import (
-    OUTPUT_LIMIT_BYTES,
-    TRUNCATION_MARKER,
-    ExecResult,
-    SandboxBackend,
-    SandboxPaths,
-    SandboxSpec,
-    User,
-    cap_output,
-)
+from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
+from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
@@ -85,31 +77,12 @@ def _kill_marked(variable: str) -> int:
     return killed
 
 
-class _Capture:
-    """One pipe's output: everything up to 4x the limit, then only the head and a sliding
-    tail, counting what was dropped (a command printing gigabytes must not fill memory)."""
+class _Capture(OutputCapture):
+    """One pipe's output, and whether the pipe was closed."""
 
     def __init__(self) -> None:
-        self.data = bytearray()
-        self.dropped = 0
+        super().__init__()
         self.closed = asyncio.Event()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > 4 * OUTPUT_LIMIT_BYTES:
-            half = OUTPUT_LIMIT_BYTES // 2
-            cut = len(self.data) - half - OUTPUT_LIMIT_BYTES
-            del self.data[half : half + cut]
-            self.dropped += cut
-
-    def text(self) -> tuple[str, bool]:
-        if not self.dropped:
-            return cap_output(bytes(self.data))
-        half = OUTPUT_LIMIT_BYTES // 2
-        dropped = self.dropped + len(self.data) - 2 * half
-        head = self.data[:half].decode("utf-8", errors="replace")
-        tail = self.data[-half:].decode("utf-8", errors="replace")
-        return head + TRUNCATION_MARKER.format(dropped=dropped) + tail, True
 
 
 class _RunningCommand:

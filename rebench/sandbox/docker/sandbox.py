@@ -14,10 +14,11 @@ import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
 from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
-from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult, SandboxPaths, SandboxSpec, User
+from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
 from rebench.sandbox.docker.engine import LABEL_ATTEMPT, LABEL_CAMPAIGN, LABEL_OWNER, DockerEngine, owner_token
 from rebench.sandbox.docker.files import ContainerFiles, in_solution
+from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
 _SERVER_SOURCE = (Path(__file__).parents[1] / "exec_server.py").read_bytes()
