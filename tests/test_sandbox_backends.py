@@ -63,9 +63,11 @@ def test_a_third_party_backend_is_created_through_its_entry_point(install: Insta
         create_sandbox("broken", _spec(), None)  # type: ignore[arg-type]
 
 
-def test_rebench_s_own_backends_come_from_its_entry_points(fixture_envs: Path) -> None:
+def test_rebench_s_own_backends_come_from_its_entry_points(fixture_envs: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Creating on `local` reaches the local backend's own factory: an environment that was
-    never built is its one-line error (building one here would take a minute)."""
+    never built (in a cache of its own) is its one-line error (building one would take a minute)."""
+    monkeypatch.setenv("REBENCH_CACHE", str(tmp_path / "cache"))
     assert {"docker", "local"} <= set(backend_names())
     assert load_backend("local") is local.BACKEND
     env = EnvironmentRegistry(fixture_envs).get("counter")
