@@ -249,6 +249,8 @@ def test_files_in_and_out(backend: str, tmp_path: Path) -> None:
         with pytest.raises(SandboxError, match="not a directory"):
             await sb.copy_in(str(source / "top.txt"), "elsewhere")
         results["report"] = await sb.copy_out(sb.paths.solution, str(out))
+        with pytest.raises(FileNotFoundError):
+            await sb.copy_out(sb.paths.in_home("no-such-folder"), str(tmp_path / "nothing"))
         return results
 
     results = run_in(backend, tmp_path, body)

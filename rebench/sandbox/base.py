@@ -23,7 +23,6 @@ User = Literal["agent", "root", "scorer"]
 (the agent's uid plus the `protected` group, as in RE-Bench)."""
 
 
-
 class ExecResult(BaseModel):
     """The outcome of one command; `exit_code` is None when it was killed by a timeout."""
 

@@ -332,7 +332,10 @@ class LocalSandbox:
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         budget = budget or default_budget()
-        return await asyncio.to_thread(copy_folder, self._host_path(source), Path(dest_dir), budget)
+        folder = self._host_path(source)
+        if not folder.exists():
+            raise FileNotFoundError(str(folder))
+        return await asyncio.to_thread(copy_folder, folder, Path(dest_dir), budget)
 
     async def alive(self) -> bool:
         return self._started and self.root.is_dir()
