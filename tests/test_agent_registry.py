@@ -13,6 +13,7 @@ from rebench.errors import RebenchError
 from rebench.store import Attempt, Campaign, Store
 
 from .conftest import run_cli
+from .plugin_support import install_distribution
 
 PLUGIN_MODULE = """
 class EchoAgent:
@@ -30,14 +31,7 @@ def create_agent(config):
 
 def _install_plugin(site: Path, distribution: str, agents: dict[str, str]) -> None:
     """Lay out what `pip install` would leave: a module plus a dist-info folder with entry_points.txt."""
-    site.mkdir(exist_ok=True)
-    module = f"{distribution}_agents"
-    (site / f"{module}.py").write_text(PLUGIN_MODULE)
-    info = site / f"{distribution}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
-    lines = "".join(f"{name} = {module}:{target}\n" for name, target in agents.items())
-    (info / "entry_points.txt").write_text(f"[rebench.agents]\n{lines}")
+    install_distribution(site, distribution, f"{distribution}_agents", PLUGIN_MODULE, "rebench.agents", agents)
 
 
 @pytest.fixture

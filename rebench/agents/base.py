@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from rebench.clock import PauseInterval
+from rebench.errors import LimitExceeded as LimitExceeded  # re-exported: it lives in rebench.errors now
 from rebench.sandbox.base import ExecResult, SandboxPaths
 
 
@@ -51,14 +52,6 @@ class ModelUsage(BaseModel):
     cost_usd: float = 0.0
     wait_s: float = 0.0
     extra: dict[str, Any] = Field(default_factory=dict)
-
-
-class LimitExceeded(Exception):
-    """Raised inside the agent when a token or cost limit is reached; the attempt ends as `limit`."""
-
-    def __init__(self, which: str, detail: str) -> None:
-        super().__init__(f"{which} limit reached: {detail}")
-        self.which = which
 
 
 @runtime_checkable

@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import cast
 
 from rebench.agents.base import Agent, AgentConfig
 from rebench.errors import RebenchError
+from rebench.plugins import describe, entry_points_by_name
 
 ENTRY_POINT_GROUP = "rebench.agents"
 
@@ -39,30 +40,18 @@ def _plugins() -> dict[str, EntryPoint]:
     user installed or the one they asked for. That is a one-line error naming both.
     """
     builtins = set(_builtin_names())
-    plugins: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in builtins:
+    plugins = entry_points_by_name(ENTRY_POINT_GROUP, "agent plugin")
+    for name, ep in plugins.items():
+        if name in builtins:
             raise RebenchError(
-                f"agent plugin {ep.name!r} ({_describe(ep)}) has the name of the built-in agent {ep.name!r} "
-                f"({_builtin_target(ep.name)}); rename the plugin's entry point in group {ENTRY_POINT_GROUP!r}"
+                f"agent plugin {name!r} ({describe(ep)}) has the name of the built-in agent {name!r} "
+                f"({_builtin_target(name)}); rename the plugin's entry point in group {ENTRY_POINT_GROUP!r}"
             )
-        earlier = plugins.get(ep.name)
-        if earlier is not None and earlier.value != ep.value:
-            raise RebenchError(
-                f"agent plugin {ep.name!r} is registered twice: {_describe(earlier)} and {_describe(ep)}; "
-                f"rename one entry point in group {ENTRY_POINT_GROUP!r}"
-            )
-        plugins[ep.name] = ep
     return plugins
 
 
 def _builtin_target(name: str) -> str:
     return f"rebench.agents.{name}.agent:create_agent"
-
-
-def _describe(ep: EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return f"{ep.value} from distribution {dist.name!r}" if dist is not None else ep.value
 
 
 def available_agents() -> dict[str, str]:

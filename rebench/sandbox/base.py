@@ -6,19 +6,21 @@ a new backend (a remote host, a cluster) plugs in without touching them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
+if TYPE_CHECKING:
+    from rebench.environments.registry import Environment
+
 User = Literal["agent", "root", "scorer"]
 """Who runs a command: the agent under test, the harness, or the scoring helper
 (the agent's uid plus the `protected` group, as in RE-Bench)."""
-
-OUTPUT_LIMIT_BYTES = 1_000_000
-TRUNCATION_MARKER = "\n[... output truncated by rebench: {dropped} bytes dropped ...]\n"
 
 
 class ExecResult(BaseModel):
@@ -73,13 +75,27 @@ class SandboxSpec(BaseModel):
 class Sandbox(Protocol):
     """An isolated place to run one attempt.
 
-    `exec` must kill the whole process tree on timeout or cancellation, not only
-    the client call: an agent under test must not outlive its budget.
+    What every backend guarantees (tests/test_sandbox_contract.py checks it on each one):
+
+    - `exec` kills the whole process tree on timeout or cancellation, not only the
+      client call: an agent under test must not outlive its budget;
+    - a timeout is a result, not an exception: `timed_out` is set, `exit_code` is None and
+      what the command printed until then is kept;
+    - each stream is capped at `OUTPUT_LIMIT_BYTES`, keeping head and tail around
+      `TRUNCATION_MARKER`, with `truncated` set (rebench.sandbox.output).
+
+    Errors (rebench.errors): `SandboxStartError` when the sandbox cannot be created or
+    started, `SandboxDied` when a started one is gone, other `SandboxError`s for an
+    infrastructure failure of one operation; a run meeting any of them ends as an
+    infrastructure error. What the agent's own command does (a non-zero exit, a missing
+    program) is never an exception: it is in the `ExecResult`.
     """
 
     paths: SandboxPaths
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Create the sandbox; SandboxStartError if it cannot (then nothing of it is left running)."""
+        ...
 
     async def exec(
         self,
@@ -90,33 +106,58 @@ class Sandbox(Protocol):
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         stdin: bytes | None = None,
-    ) -> ExecResult: ...
+    ) -> ExecResult:
+        """Run `cmd` (a string goes to `bash -c`) as `user` in `cwd` (relative: under the solution
+        folder; default: the solution folder, or the home folder while there is none).
 
-    async def read_file(self, path: str) -> bytes: ...
+        Returns when the command's shell exits (a background child holding the output pipes
+        does not hold the call) or at `timeout`, after killing its whole tree. Raises
+        SandboxDied when the sandbox is gone or stops answering, SandboxError once it was
+        stopped, LimitExceeded when the agent broke a limit the engine cannot
+        enforce (Docker's disk watch; then every later agent command is refused). On
+        cancellation the command's tree is killed before CancelledError propagates."""
+        ...
 
-    async def write_file(self, path: str, data: bytes, *, user: User = "agent", mode: int | None = None) -> None: ...
+    async def read_file(self, path: str) -> bytes:
+        """A file's bytes (relative paths are under the solution folder); FileNotFoundError if
+        there is none, IsADirectoryError for a folder, SandboxError if the sandbox failed."""
+        ...
+
+    async def write_file(self, path: str, data: bytes, *, user: User = "agent", mode: int | None = None) -> None:
+        """Create or replace a file owned as `user` (missing folders are made); SandboxError
+        if the sandbox failed."""
+        ...
 
     async def copy_in(self, source_dir: str, dest: str, *, user: User = "agent", read_only: bool = False) -> None:
-        """Copy a host directory's contents into the sandbox at `dest`."""
+        """Copy a host directory's contents into the sandbox at `dest` (made if missing),
+        leaving out `__pycache__`; `read_only` files cannot be changed by the agent.
+        SandboxError if `source_dir` is not a folder or the sandbox failed."""
         ...
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         """Copy a sandbox directory's contents out to a fresh host directory (a snapshot),
         within `budget` (the attempt's, shared by its snapshots; None: the default cap),
-        by the rules of `rebench.sandbox.snapshot`: no special files, nothing from outside."""
+        by the rules of `rebench.sandbox.snapshot`: no special files, nothing from outside.
+        What was left out is in the report, not an exception; FileNotFoundError if `source`
+        does not exist, SandboxError if the sandbox failed."""
         ...
 
-    async def alive(self) -> bool: ...
+    async def alive(self) -> bool:
+        """Whether the sandbox is started and still there; never raises."""
+        ...
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        """Kill everything the attempt started and remove the sandbox; never raises, may be
+        called twice or on a sandbox that failed to start."""
+        ...
 
 
-def cap_output(data: bytes, limit: int = OUTPUT_LIMIT_BYTES) -> tuple[str, bool]:
-    """Decode output, keeping head and tail with a clear marker when it is too long."""
-    if len(data) <= limit:
-        return data.decode("utf-8", errors="replace"), False
-    half = limit // 2
-    dropped = len(data) - 2 * half
-    head = data[:half].decode("utf-8", errors="replace")
-    tail = data[-half:].decode("utf-8", errors="replace")
-    return head + TRUNCATION_MARKER.format(dropped=dropped) + tail, True
+@dataclass(frozen=True)
+class SandboxBackend:
+    """What an entry point of group `rebench.sandboxes` names (`rebench.sandbox.factory`):
+    how to make one attempt's sandbox, and whether the backend can run here now."""
+
+    create: Callable[[SandboxSpec, Environment], Sandbox]
+    """Build (not start) the attempt's sandbox for this environment; may raise SandboxStartError."""
+    available: Callable[[], bool] = lambda: True
+    """Whether the backend can run now (an engine answers); asked only to pick the default backend."""

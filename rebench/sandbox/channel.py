@@ -17,8 +17,8 @@ import socket
 import struct
 from typing import Any
 
-from rebench.errors import SandboxError
-from rebench.sandbox.base import TRUNCATION_MARKER
+from rebench.errors import SandboxDied, SandboxStartError
+from rebench.sandbox.output import join_cut
 
 _MUX_HEADER = struct.Struct(">BxxxI")
 _FRAME_HEADER = struct.Struct(">I")
@@ -28,11 +28,7 @@ def decode_capture(capture: dict[str, Any]) -> tuple[str, bool]:
     """Rebuild a capped stream from the server's head/tail pieces, with the usual marker."""
     head = base64.b64decode(capture.get("head", ""))
     tail = base64.b64decode(capture.get("tail", ""))
-    dropped = int(capture.get("dropped", 0))
-    if not tail and not dropped:
-        return head.decode("utf-8", errors="replace"), False
-    text = head.decode("utf-8", errors="replace") + TRUNCATION_MARKER.format(dropped=dropped)
-    return text + tail.decode("utf-8", errors="replace"), True
+    return join_cut(head, tail, int(capture.get("dropped", 0)))
 
 
 class ExecChannel:
@@ -63,7 +59,7 @@ class ExecChannel:
         try:
             return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            raise SandboxError(f"exec server did not start within {timeout:.0f} s: {self._diag()}") from None
+            raise SandboxStartError(f"exec server did not start within {timeout:.0f} s: {self._diag()}") from None
 
     def _diag(self) -> str:
         text = self.diagnostics.decode("utf-8", errors="replace").strip()
@@ -117,7 +113,7 @@ class ExecChannel:
         finally:
             if self.closed_reason is None:
                 self.closed_reason = "exec channel closed"
-            error = SandboxError(f"sandbox died: {self.closed_reason}")
+            error = SandboxDied(f"sandbox died: {self.closed_reason}")
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
@@ -126,7 +122,7 @@ class ExecChannel:
                 self._ready.set_exception(error)
 
     async def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and wait for its reply; SandboxError if the channel dies."""
+        """Send one request and wait for its reply; SandboxDied if the channel dies."""
         _, reply = self.send(payload)
         await self.drain()
         return await reply
@@ -136,12 +132,12 @@ class ExecChannel:
             try:
                 await self._writer.drain()
             except (ConnectionError, OSError) as exc:
-                raise SandboxError(f"sandbox died: exec channel write failed ({exc})") from None
+                raise SandboxDied(f"sandbox died: exec channel write failed ({exc})") from None
 
     def send(self, payload: dict[str, Any]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         """Queue one request; returns its id (for a later `kill`) and the future of its reply."""
         if not self.is_open or self._writer is None:
-            raise SandboxError(f"sandbox died: {self.closed_reason or 'exec channel not open'}")
+            raise SandboxDied(f"sandbox died: {self.closed_reason or 'exec channel not open'}")
         request_id = self._next_id
         self._next_id += 1
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()

@@ -62,7 +62,11 @@ child may hold them open; it keeps running, its later output is dropped)."""
 
 
 class Capture:
-    """Keeps the head and the tail of a stream within `limit` bytes, counting the rest."""
+    """Keeps the head and the tail of a stream within `limit` bytes, counting the rest.
+
+    The same rule as rebench.sandbox.output.head_and_tail, kept as its own copy: this file
+    is sent whole into the container and imports nothing of rebench (tests/test_output_cut.py
+    checks that the two agree)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(2, limit)

@@ -1,49 +1,72 @@
-"""Choosing and creating a sandbox backend for one attempt."""
+"""Choosing and creating a sandbox backend for one attempt.
+
+Backends register through the `rebench.sandboxes` entry-point group (rebench's own,
+`local` and `docker`, in its pyproject.toml), each naming a `SandboxBackend`; a third
+party adds one by declaring an entry point, without editing rebench.
+"""
 
 from __future__ import annotations
 
-import importlib
-import tempfile
-from pathlib import Path
+from importlib.metadata import EntryPoint
 
-from rebench.environments.build import local_python
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
-from rebench.paths import cache_dir
-from rebench.sandbox.base import Sandbox, SandboxSpec
-from rebench.sandbox.local import LocalSandbox
+from rebench.plugins import entry_points_by_name
+from rebench.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 
-BACKENDS = ("local", "docker")
+ENTRY_POINT_GROUP = "rebench.sandboxes"
+DEFAULT_BACKEND = "docker"
+"""Used when none is asked for and it can run here (an engine answers); else `FALLBACK_BACKEND`."""
+FALLBACK_BACKEND = "local"
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return entry_points_by_name(ENTRY_POINT_GROUP, "sandbox backend")
+
+
+def backend_names() -> list[str]:
+    """The installed backends' names (nothing is imported to list them)."""
+    return sorted(_entry_points())
+
+
+def _unknown(name: str) -> RebenchError:
+    allowed = ", ".join(backend_names()) or f"none (no entry points in group {ENTRY_POINT_GROUP!r}; reinstall rebench)"
+    return RebenchError(f"unknown backend {name!r}; allowed: {allowed}")
+
+
+def load_backend(name: str) -> SandboxBackend:
+    """The backend registered as `name`; a one-line error for an unknown name or one that cannot load."""
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise _unknown(name)
+    try:
+        backend = ep.load()
+    except ImportError as exc:
+        raise RebenchError(f"backend {name!r} cannot be loaded ({exc}); is its extra installed?") from None
+    if not isinstance(backend, SandboxBackend):
+        raise RebenchError(f"backend {name!r} ({ep.value}) is not a SandboxBackend")
+    return backend
 
 
 def docker_available() -> bool:
-    """Whether a Docker engine answers; the docker SDK is imported only when asked."""
+    """Whether the default backend can run here; its SDK is imported only when asked."""
     try:
-        docker_backend = importlib.import_module("rebench.sandbox.docker")
-    except ImportError:
+        return DEFAULT_BACKEND in backend_names() and load_backend(DEFAULT_BACKEND).available()
+    except RebenchError:
         return False
-    return bool(docker_backend.engine_available())
 
 
 def resolve_backend(requested: str | None) -> tuple[str, str | None]:
     """The backend to use and a warning to show, if any."""
-    if requested is not None and requested not in BACKENDS:
-        raise RebenchError(f"unknown backend {requested!r}; allowed: {', '.join(BACKENDS)}")
+    if requested is not None and requested not in backend_names():
+        raise _unknown(requested)
     if requested:
         return requested, None
     if docker_available():
-        return "docker", None
-    return "local", "no Docker engine answered; using the local backend"
+        return DEFAULT_BACKEND, None
+    return FALLBACK_BACKEND, f"no Docker engine answered; using the {FALLBACK_BACKEND} backend"
 
 
 def create_sandbox(backend: str, spec: SandboxSpec, env: Environment) -> Sandbox:
-    if backend == "local":
-        work = cache_dir() / "work"
-        work.mkdir(parents=True, exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
-        return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
-    if backend == "docker":
-        docker_backend = importlib.import_module("rebench.sandbox.docker")
-        sandbox: Sandbox = docker_backend.create_sandbox(spec, env)
-        return sandbox
-    raise RebenchError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    """The runner's sandbox factory: build (not start) the attempt's sandbox on `backend`."""
+    return load_backend(backend).create(spec, env)

@@ -21,19 +21,17 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from rebench.sandbox.base import (
-    OUTPUT_LIMIT_BYTES,
-    TRUNCATION_MARKER,
-    ExecResult,
-    SandboxPaths,
-    SandboxSpec,
-    User,
-    cap_output,
-)
+from rebench.environments.build import local_python
+from rebench.environments.registry import Environment
+from rebench.errors import SandboxError
+from rebench.paths import cache_dir
+from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
+from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
@@ -79,31 +77,12 @@ def _kill_marked(variable: str) -> int:
     return killed
 
 
-class _Capture:
-    """One pipe's output: everything up to 4x the limit, then only the head and a sliding
-    tail, counting what was dropped (a command printing gigabytes must not fill memory)."""
+class _Capture(OutputCapture):
+    """One pipe's output, and whether the pipe was closed."""
 
     def __init__(self) -> None:
-        self.data = bytearray()
-        self.dropped = 0
+        super().__init__()
         self.closed = asyncio.Event()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > 4 * OUTPUT_LIMIT_BYTES:
-            half = OUTPUT_LIMIT_BYTES // 2
-            cut = len(self.data) - half - OUTPUT_LIMIT_BYTES
-            del self.data[half : half + cut]
-            self.dropped += cut
-
-    def text(self) -> tuple[str, bool]:
-        if not self.dropped:
-            return cap_output(bytes(self.data))
-        half = OUTPUT_LIMIT_BYTES // 2
-        dropped = self.dropped + len(self.data) - 2 * half
-        head = self.data[:half].decode("utf-8", errors="replace")
-        tail = self.data[-half:].decode("utf-8", errors="replace")
-        return head + TRUNCATION_MARKER.format(dropped=dropped) + tail, True
 
 
 class _RunningCommand:
@@ -214,6 +193,7 @@ class LocalSandbox:
             python=python,
         )
         self._started = False
+        self._stopped = False
 
     async def start(self) -> None:
         for folder in (self.paths.home, self.paths.solution, self.paths.protected):
@@ -250,6 +230,8 @@ class LocalSandbox:
         cwd: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        if self._stopped:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} was stopped")
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         started = time.monotonic()
         command_marker = uuid.uuid4().hex
@@ -257,15 +239,22 @@ class LocalSandbox:
         environment[COMMAND_MARKER_VAR] = command_marker
         # Popen plus pidfd rather than asyncio's subprocess: on Python 3.11 its wait() does not
         # return while a background child still holds the pipes (`sleep 100 & echo started`).
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd or self.paths.solution,
-            env=environment,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._host_path(cwd) if cwd else self.paths.solution,
+                env=environment,
+                start_new_session=True,
+            )
+        except OSError as exc:  # no such program or folder: the command's failure, as a shell reports it
+            return ExecResult(
+                exit_code=127 if isinstance(exc, FileNotFoundError) else 126,
+                stderr=f"rebench: cannot start command: {type(exc).__name__}: {exc}\n",
+                duration_s=time.monotonic() - started,
+            )
         run = _RunningCommand(proc, stdin)
         timed_out = False
         try:
@@ -324,6 +313,8 @@ class LocalSandbox:
             target.chmod(mode)
 
     async def copy_in(self, source_dir: str, dest: str, *, user: User = "agent", read_only: bool = False) -> None:
+        if not Path(source_dir).is_dir():
+            raise SandboxError(f"copy_in: {source_dir} is not a directory")
         target = self._host_path(dest)
         target.mkdir(parents=True, exist_ok=True)
         source = Path(source_dir)
@@ -341,14 +332,30 @@ class LocalSandbox:
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         budget = budget or default_budget()
-        return await asyncio.to_thread(copy_folder, self._host_path(source), Path(dest_dir), budget)
+        folder = self._host_path(source)
+        if not folder.exists():
+            raise FileNotFoundError(str(folder))
+        return await asyncio.to_thread(copy_folder, folder, Path(dest_dir), budget)
 
     async def alive(self) -> bool:
         return self._started and self.root.is_dir()
 
     async def stop(self) -> None:
+        self._stopped = True
         self.kill_all()
         if self.root.exists():
             _make_writable(self.root)
             shutil.rmtree(self.root, ignore_errors=True)
         self._started = False
+
+
+def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
+    """A fresh attempt folder under the cache, running the environment's local python."""
+    work = cache_dir() / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
+    return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
+
+
+BACKEND = SandboxBackend(create=create_sandbox)
+"""What the `local` entry point of group `rebench.sandboxes` names."""

@@ -23,20 +23,13 @@ import contextlib
 import os
 import posixpath
 import stat
-import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
 
 from pydantic import BaseModel, Field
 
-from rebench.errors import SandboxError
-
 CHUNK = 1 << 20
-HEADER_ALLOWANCE = 1024
-"""Archive bytes allowed per entry on top of its data (a tar header, long-name records, padding)."""
-STREAM_SLACK = 1 << 20
-"""Archive bytes allowed on top of the cap: the end-of-archive blocks and the reader's buffer."""
 LISTED_LEFT_OUT = 50
 """How many left-out entries a report names; the rest are only counted."""
 
@@ -157,7 +150,7 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
-def _inside(link_dir: PurePosixPath, target: str) -> bool:
+def link_inside(link_dir: PurePosixPath, target: str) -> bool:
     """Whether a symbolic link in `link_dir` (relative to the snapshot root) pointing at
     `target` stays inside the root, judged on the names alone (nothing is resolved)."""
     if not target or target.startswith("/"):
@@ -166,14 +159,14 @@ def _inside(link_dir: PurePosixPath, target: str) -> bool:
     return joined != ".." and not joined.startswith("../")
 
 
-def _safe_relative(name: str) -> PurePosixPath | None:
+def safe_relative(name: str) -> PurePosixPath | None:
     path = PurePosixPath(name)
     if path.is_absolute() or any(part in ("..", "") for part in path.parts) or not path.parts:
         return None
     return path
 
 
-class _Writer:
+class SnapshotWriter:
     """Creates entries under a fresh destination: regular files, folders and links, never
     through a link (links are made last, after every file and folder)."""
 
@@ -257,111 +250,7 @@ class _Writer:
                 report.leave_out(str(rel), LINK_OUTSIDE)
 
 
-# -- Docker: a tar stream from the container --------------------------------------------
-class CapReached(Exception):
-    """Raised by `BoundedReader` when a read would pass its limit."""
-
-
-class BoundedReader:
-    """A read-only file over a source's `read(n)` that never asks it for more than `limit`
-    bytes in total, so no more than that is ever taken from the source."""
-
-    def __init__(self, read: Callable[[int], bytes], limit: int) -> None:
-        self._read = read
-        self.limit = limit
-        self.read_bytes = 0
-
-    def read(self, size: int = -1) -> bytes:
-        room = self.limit - self.read_bytes
-        if size < 0 or size > room:
-            if room <= 0:
-                raise CapReached
-            size = room
-        data = self._read(size)
-        self.read_bytes += len(data)
-        return data
-
-
-def stream_limit(budget: SnapshotBudget) -> int:
-    """Archive bytes one snapshot may read: what is left of the cap plus per-entry headers."""
-    return budget.bytes_left + HEADER_ALLOWANCE * (budget.files_left + 4) + STREAM_SLACK
-
-
-def extract_stream(reader: BoundedReader, dest: Path, strip: str, budget: SnapshotBudget) -> SnapshotReport:
-    """Copy the members under `strip/` of a tar stream into `dest`, within `budget`."""
-    report = SnapshotReport(cap_bytes=budget.max_bytes, cap_files=budget.max_files)
-    writer = _Writer(dest)
-    kept: set[PurePosixPath] = set()
-    try:
-        with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as archive:  # type: ignore[call-overload]
-            for member in archive:
-                if not _extract_member(archive, member, strip, writer, kept, budget, report, reader):
-                    report.stop(member.name.partition("/")[2] or member.name)
-                    break
-    except CapReached:
-        report.stop("(the archive, cut at the cap)")  # the limit fell inside a header or the padding
-    except (tarfile.ReadError, EOFError) as exc:
-        if reader.read_bytes < reader.limit:
-            raise SandboxError(f"the archive of the solution folder is unreadable: {exc}") from None
-        report.stop("(the archive, cut at the cap)")
-    writer.finish(report)
-    report.read_bytes = reader.read_bytes
-    return report
-
-
-def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, strip: str, writer: _Writer,
-                    kept: set[PurePosixPath], budget: SnapshotBudget, report: SnapshotReport,
-                    reader: BoundedReader) -> bool:
-    """Handle one member; False when the copy must stop here."""
-    parts = PurePosixPath(member.name).parts
-    if not parts or parts[0] != strip or len(parts) == 1:
-        return True  # the folder itself, or not under it
-    rel = _safe_relative("/".join(parts[1:]))
-    name = "/".join(parts[1:])
-    if rel is None:
-        report.leave_out(name, UNSAFE_NAME)
-        return True
-    if member.isreg():
-        why = budget.fits(member.size)
-        if why is None:
-            source = archive.extractfile(member)
-            if source is not None and writer.file(rel, source, member.size, member.mode, member.mtime):
-                budget.take(member.size)
-                report.bytes += member.size
-                report.files += 1
-                kept.add(rel)
-                return True
-            report.leave_out(name, NOT_A_FOLDER, member.size)
-            return True
-        report.leave_out(name, why, member.size)
-        # Going on means reading past this file's data: only while that stays within the limit.
-        return why != OVER_FILES and reader.read_bytes + member.size <= reader.limit
-    why = budget.fits(0)
-    if member.isdir():
-        return _admit(why is None and writer.folder(rel), name, why, budget, report)
-    if member.issym():
-        if not _inside(rel.parent, member.linkname):
-            report.leave_out(name, LINK_OUTSIDE)
-            return True
-        return _admit(why is None and writer.symlink(rel, member.linkname), name, why, budget, report)
-    if member.islnk():
-        existing = _safe_relative("/".join(PurePosixPath(member.linkname).parts[1:]))
-        if existing is None or PurePosixPath(member.linkname).parts[0] != strip:
-            report.leave_out(name, HARDLINK_OUTSIDE)
-            return True
-        if existing not in kept:
-            report.leave_out(name, HARDLINK_LEFT_OUT)
-            return True
-        return _admit(why is None and writer.hardlink(rel, existing), name, why, budget, report)
-    if member.isfifo() or member.ischr() or member.isblk():
-        kind = "fifo" if member.isfifo() else "device"
-        report.leave_out(name, SPECIAL.format(kind=kind))
-        return True
-    report.leave_out(name, UNSUPPORTED)
-    return True
-
-
-def _admit(made: bool, name: str, why: str | None, budget: SnapshotBudget, report: SnapshotReport) -> bool:
+def admit(made: bool, name: str, why: str | None, budget: SnapshotBudget, report: SnapshotReport) -> bool:
     """Count an entry without data that was made, or record why not; False at the entry cap."""
     if why is not None:
         report.leave_out(name, why)
@@ -415,7 +304,7 @@ def copy_folder(source: Path, dest: Path, budget: SnapshotBudget) -> SnapshotRep
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
             key = (info.st_dev, info.st_ino)
             links_inside[key] = links_inside.get(key, 0) + 1
-    writer = _Writer(dest)
+    writer = SnapshotWriter(dest)
     first_copy: dict[tuple[int, int], PurePosixPath] = {}
     for rel, info in _walk(source):
         if report.after_stop is not None:
@@ -427,7 +316,7 @@ def copy_folder(source: Path, dest: Path, budget: SnapshotBudget) -> SnapshotRep
     return report
 
 
-def _copy_entry(source: Path, rel: PurePosixPath, info: os.stat_result, writer: _Writer, budget: SnapshotBudget,
+def _copy_entry(source: Path, rel: PurePosixPath, info: os.stat_result, writer: SnapshotWriter, budget: SnapshotBudget,
                 report: SnapshotReport, links_inside: dict[tuple[int, int], int],
                 first_copy: dict[tuple[int, int], PurePosixPath]) -> bool:
     """Copy one entry of a host folder, or record why not; False when the copy must stop here."""
@@ -437,7 +326,7 @@ def _copy_entry(source: Path, rel: PurePosixPath, info: os.stat_result, writer: 
     if stat.S_ISREG(mode) and info.st_nlink > 1 and links_inside.get(key, 0) < info.st_nlink:
         report.leave_out(name, HARDLINK_OUTSIDE, info.st_size)
     elif stat.S_ISREG(mode) and key in first_copy:
-        return _admit(why is None and writer.hardlink(rel, first_copy[key]), name, why, budget, report)
+        return admit(why is None and writer.hardlink(rel, first_copy[key]), name, why, budget, report)
     elif stat.S_ISREG(mode):
         if why is not None:
             report.leave_out(name, why, info.st_size)
@@ -450,11 +339,11 @@ def _copy_entry(source: Path, rel: PurePosixPath, info: os.stat_result, writer: 
         report.bytes += info.st_size
         first_copy[key] = rel
     elif stat.S_ISDIR(mode):
-        return _admit(why is None and writer.folder(rel), name, why, budget, report)
+        return admit(why is None and writer.folder(rel), name, why, budget, report)
     elif stat.S_ISLNK(mode):
         target = os.readlink(source / rel)
-        if _inside(rel.parent, target):
-            return _admit(why is None and writer.symlink(rel, target), name, why, budget, report)
+        if link_inside(rel.parent, target):
+            return admit(why is None and writer.symlink(rel, target), name, why, budget, report)
         report.leave_out(name, LINK_OUTSIDE)
     else:
         report.leave_out(name, SPECIAL.format(kind=_special_kind(mode)))
@@ -469,7 +358,7 @@ def _special_kind(mode: int) -> str:
     return "device"
 
 
-def _copy_regular(path: Path, info: os.stat_result, rel: PurePosixPath, writer: _Writer) -> bool:
+def _copy_regular(path: Path, info: os.stat_result, rel: PurePosixPath, writer: SnapshotWriter) -> bool:
     """Copy at most the size seen when the entry was admitted, from the very file that was seen."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -14,7 +14,8 @@ from typing import Any
 from rebench.agents.base import AgentContext
 from rebench.agents.modular.settings import ModularSettings
 from rebench.models import ToolCall, ToolSpec
-from rebench.sandbox.base import OUTPUT_LIMIT_BYTES, ExecResult
+from rebench.sandbox.base import ExecResult
+from rebench.sandbox.output import OUTPUT_LIMIT_BYTES, head_and_tail
 
 OUTPUT_DIR = "tool_outputs"
 SUBMIT = "submit"
@@ -163,8 +164,8 @@ class ToolRunner:
             where = f"this tool result ({len(text)} characters, as captured) is saved in {path}"
         except OSError as exc:
             where = f"it could not be saved ({exc})"
-        half = limit // 2
+        head, tail, dropped = head_and_tail(text, limit)
         return (
-            f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted here, the first and last {half} are "
-            f"shown; {where} ...]\n{text[-half:]}"
+            f"{head}\n[... {dropped} characters omitted here, the first and last {len(head)} are "
+            f"shown; {where} ...]\n{tail}"
         )

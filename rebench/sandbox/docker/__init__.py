@@ -1,0 +1,53 @@
+"""The `docker` backend: one container per attempt, through the Docker Engine API.
+
+This package is the only part of rebench that imports the `docker` SDK; image builds
+and garbage collection go through its `DockerEngine`. One job per module:
+
+- `engine`: the engine wrapper (images, containers, volumes; labels and owner tokens for gc);
+- `archive`: tar helpers (files into a container; a bounded snapshot out of one);
+- `files`: a started container's file methods (ownership by the layout below);
+- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch).
+
+Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
+/home/agent; /protected is root:protected and closed to the agent; the scoring
+helper is /opt/rebench/score_helper.py. Scoring runs as its own user `scorer`
+(with the extra group `protected`), never as the agent's uid; the submitted code
+that scoring runs is switched to a third user, `subject` (see score_helper.py).
+While a score call runs, every process of the agent is frozen (exec_server.py).
+
+Commands do not go through `docker exec` (about 50 ms each): the container's
+main process is our exec server (rebench/sandbox/exec_server.py, sent over stdin
+to a one-line loader so any image with python3 works), and every call is one
+request on the attached stream. With StdinOnce, the stream closing (the harness
+died) closes the server's stdin, the server kills everything and exits, and
+AutoRemove deletes the container: a crash leaks nothing for long, and
+`rebench gc` sweeps the rest.
+"""
+
+from rebench.sandbox.base import SandboxBackend
+from rebench.sandbox.docker.engine import (
+    LABEL_ATTEMPT,
+    LABEL_CAMPAIGN,
+    LABEL_OWNER,
+    DockerEngine,
+    engine_available,
+    owner_alive,
+    owner_token,
+)
+from rebench.sandbox.docker.sandbox import DockerSandbox, create_sandbox
+
+BACKEND = SandboxBackend(create=create_sandbox, available=engine_available)
+"""What the `docker` entry point of group `rebench.sandboxes` names."""
+
+__all__ = [
+    "BACKEND",
+    "LABEL_ATTEMPT",
+    "LABEL_CAMPAIGN",
+    "LABEL_OWNER",
+    "DockerEngine",
+    "DockerSandbox",
+    "create_sandbox",
+    "engine_available",
+    "owner_alive",
+    "owner_token",
+]

@@ -1,0 +1,350 @@
+"""The `docker` backend's sandbox: one container per attempt (see the package's docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from docker.types import DeviceRequest, LogConfig
+
+from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
+from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
+from rebench.sandbox.channel import ExecChannel, decode_capture
+from rebench.sandbox.docker.engine import LABEL_ATTEMPT, LABEL_CAMPAIGN, LABEL_OWNER, DockerEngine, owner_token
+from rebench.sandbox.docker.files import ContainerFiles, in_solution
+from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
+from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
+
+_SERVER_SOURCE = (Path(__file__).parents[1] / "exec_server.py").read_bytes()
+_LOADER = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "exec(compile(b.read(n),'rebench-exec-server','exec'),{'__name__':'__main__'})"
+)
+_USERS: dict[str, tuple[str, list[str]]] = {
+    "agent": ("agent", []),
+    "root": ("root", []),
+    "scorer": ("scorer", ["protected"]),
+}
+SUBJECT_USER = "subject"
+"""The user the submitted code runs as during scoring: it can reach neither the scorer nor the agent."""
+_SCORER_REQUEST = {
+    # Nothing of the agent runs beside the scorer; nothing the score call started outlives it.
+    "freeze_users": ["agent"],
+    "reap_users": ["scorer", SUBJECT_USER],
+    # Kept as ambient capabilities so the helper can switch the submitted code to `subject`.
+    "caps": ["setuid", "setgid"],
+}
+DISK_POLL_S = 5.0
+DEFAULT_DISK_LIMIT_GB = 50.0
+"""What an attempt may write into its container (overlay2 on ext4 cannot enforce a quota,
+so the harness polls the writable layer's size); `REBENCH_DISK_LIMIT_GB` overrides."""
+_REPLY_MARGIN_S = 30.0
+"""How long past a command's own timeout we wait for the server before calling the sandbox dead."""
+
+
+class DockerSandbox:
+    """One attempt's container. Create with a spec naming the environment image."""
+
+    backend = "docker"
+
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        *,
+        engine: DockerEngine | None = None,
+        network: bool | None = None,
+        shm_gb: float | None = None,
+    ) -> None:
+        if not spec.image:
+            raise SandboxStartError(
+                f"no image for attempt {spec.attempt_id}; run `rebench envs build {spec.environment}`"
+            )
+        self.spec = spec
+        self.paths = SandboxPaths()
+        self._engine = engine
+        self._network = spec.network if network is None else network
+        self._shm_bytes = int((shm_gb if shm_gb is not None else max(0.5, spec.memory_gb / 2)) * 1024**3)
+        self._container: Any = None
+        self._channel: ExecChannel | None = None
+        self._files: ContainerFiles | None = None
+        self.container_id: str | None = None
+        self.start_to_ready_s: float | None = None
+        limit_gb = float(os.environ.get("REBENCH_DISK_LIMIT_GB") or DEFAULT_DISK_LIMIT_GB)
+        self.disk_limit_bytes = int(limit_gb * 1024**3)
+        self.breach: str | None = None
+        """Set when the agent broke a limit the engine cannot enforce (disk); its commands then fail."""
+        self._disk_watch: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+    @property
+    def engine(self) -> DockerEngine:
+        if self._engine is None:
+            self._engine = DockerEngine.connect()
+        return self._engine
+
+    def _labels(self) -> dict[str, str]:
+        return {
+            LABEL_ATTEMPT: str(self.spec.attempt_id),
+            LABEL_CAMPAIGN: "" if self.spec.campaign_id is None else str(self.spec.campaign_id),
+            "rebench.environment": self.spec.environment,
+            "rebench.profile": self.spec.profile,
+            LABEL_OWNER: owner_token(),
+        }
+
+    def _create(self) -> Any:
+        spec = self.spec
+        client = self.engine.client
+        devices = []
+        if spec.gpus:
+            devices = [
+                DeviceRequest(driver="nvidia", device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]])
+            ]
+        memory = int(spec.memory_gb * 1024**3)
+        name = f"rebench-a{spec.attempt_id}-{os.urandom(3).hex()}"
+        host_config = client.api.create_host_config(
+            auto_remove=True,
+            network_mode="bridge" if self._network else "none",
+            nano_cpus=int(min(spec.cpus, self.engine.cpu_count()) * 1e9),
+            mem_limit=memory,
+            memswap_limit=memory,
+            pids_limit=spec.max_processes,
+            shm_size=self._shm_bytes,
+            device_requests=devices,
+            cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE"],
+            security_opt=["no-new-privileges"],
+            log_config=LogConfig(type="none"),
+        )
+        try:
+            created = client.api.create_container(
+                spec.image,
+                command=["python3", "-I", "-c", _LOADER],
+                name=name,
+                hostname=f"attempt-{spec.attempt_id}",
+                user="0",
+                stdin_open=True,
+                detach=False,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
+                tty=False,
+                labels=self._labels(),
+                environment=dict(spec.env),
+                working_dir="/",
+                host_config=host_config,
+            )
+        except docker.errors.ImageNotFound:
+            raise SandboxStartError(
+                f"image {spec.image} not found; build it with `rebench envs build {spec.environment} "
+                f"--profile {spec.profile} --backend docker`"
+            ) from None
+        # A model without a second inspect round trip: attach, start and get_archive need only the id.
+        return client.containers.prepare_model({"Id": created["Id"]})
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._container = await asyncio.to_thread(self._create)
+            self.container_id = str(self._container.id)
+            sock = await asyncio.to_thread(
+                self._container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            raw = getattr(sock, "_sock", sock)
+            await asyncio.to_thread(self._container.start)
+        except docker.errors.DockerException as exc:
+            await self.stop()
+            raise SandboxStartError(
+                f"could not start a container for attempt {self.spec.attempt_id}: {exc}"
+            ) from None
+        except BaseException:
+            await self.stop()
+            raise
+        self._channel = ExecChannel(raw)
+        try:
+            bootstrap = str(len(_SERVER_SOURCE)).encode() + b"\n" + _SERVER_SOURCE
+            await self._channel.open(bootstrap)
+            health = await asyncio.wait_for(
+                self._channel.request(
+                    {"op": "ping", "users": ["agent", "root", "scorer", SUBJECT_USER], "groups": ["protected"]}
+                ),
+                10,
+            )
+        except BaseException as exc:
+            await self.stop()
+            if isinstance(exc, SandboxError | TimeoutError):
+                raise SandboxStartError(
+                    f"container for attempt {self.spec.attempt_id} failed its health check: {exc}"
+                ) from None
+            raise
+        ids = health.get("ids", {})
+        missing = [name for name in ("agent", "scorer", SUBJECT_USER) if not ids.get(name)]
+        if missing:
+            await self.stop()
+            raise SandboxStartError(
+                f"image {self.spec.image} has no user {', '.join(missing)}; rebuild it from the current "
+                f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
+            )
+        self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder)
+        self.start_to_ready_s = time.perf_counter() - started
+        self._disk_watch = asyncio.create_task(self._watch_disk())
+
+    def _written_bytes(self) -> int:
+        found = self.engine.client.api.containers(all=True, size=True, filters={"id": self.container_id})
+        if not found:
+            raise SandboxDied(f"container of attempt {self.spec.attempt_id} is gone")
+        return int(found[0].get("SizeRw") or 0)
+
+    async def _watch_disk(self) -> None:
+        """Poll the container's writable layer; past the limit, kill the agent's processes
+        and refuse its further commands (the attempt ends as a `disk` limit)."""
+        while True:
+            await asyncio.sleep(DISK_POLL_S)
+            try:
+                written = await asyncio.to_thread(self._written_bytes)
+            except Exception:
+                return  # the container is gone; exec reports that
+            if written > self.disk_limit_bytes:
+                self.breach = (f"the attempt wrote {written / 1024**3:.2f} GB into its container, "
+                               f"over the {self.disk_limit_bytes / 1024**3:g} GB disk limit")
+                channel = self._channel
+                if channel is not None and channel.is_open:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(channel.request({"op": "kill_user", "user": "agent"}), 30)
+                return
+
+    async def alive(self) -> bool:
+        if self._channel is None or not self._channel.is_open or self._container is None:
+            return False
+        try:
+            await asyncio.to_thread(self._container.reload)
+        except docker.errors.DockerException:
+            return False
+        return bool(self._container.status == "running")
+
+    async def stop(self) -> None:
+        if self._disk_watch is not None:
+            self._disk_watch.cancel()
+        if self._channel is not None:
+            await self._channel.close()
+        if self.container_id is not None:
+            with contextlib.suppress(SandboxError, docker.errors.DockerException):
+                await asyncio.to_thread(self.engine.remove_container, self.container_id)
+        self._container = None
+
+    def _require_channel(self) -> ExecChannel:
+        if self._channel is None:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} is not started")
+        return self._channel
+
+    # -- commands --------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        user: User = "agent",
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        channel = self._require_channel()
+        if self.breach is not None and user == "agent":
+            raise LimitExceeded("disk", self.breach)
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        account, groups = _USERS[user]
+        variables = {
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "REBENCH_HOME": self.paths.home,
+            "REBENCH_SOLUTION": self.paths.solution,
+            **({"REBENCH_SUBJECT_USER": SUBJECT_USER} if user == "scorer" else {}),
+            **(env or {}),
+        }
+        request = {
+            "op": "exec",
+            "argv": argv,
+            "user": account,
+            "groups": groups,
+            "env": variables,
+            "cwd": in_solution(self.paths, cwd) if cwd else (self.paths.solution if user != "root" else "/"),
+            "cwd_fallback": cwd is None,
+            "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
+            "timeout": timeout,
+            "limit": OUTPUT_LIMIT_BYTES,
+            # Scoring runs with the protected group: nothing it started may outlive it.
+            "reap_groups": groups,
+            **(_SCORER_REQUEST if user == "scorer" else {}),
+            # The scorer and the submitted code are other users now: they must be able to read it.
+            **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
+        }
+        started = time.monotonic()
+        request_id, reply = channel.send(request)
+        try:
+            await channel.drain()
+            wait = None if timeout is None else timeout + _REPLY_MARGIN_S
+            result = await asyncio.wait_for(asyncio.shield(reply), wait)
+        except TimeoutError:
+            await self._kill(request_id)
+            raise SandboxDied(f"sandbox of attempt {self.spec.attempt_id} stopped answering") from None
+        except asyncio.CancelledError:
+            await self._kill(request_id)
+            raise
+        stdout, cut_out = decode_capture(result.get("stdout", {}))
+        stderr, cut_err = decode_capture(result.get("stderr", {}))
+        return ExecResult(
+            exit_code=result.get("exit_code"),
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=bool(result.get("timed_out")),
+            duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
+            truncated=cut_out or cut_err,
+        )
+
+    async def _kill(self, request_id: int) -> None:
+        """Kill a command's tree after the caller gave up on it (cancelled, or no reply)."""
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(channel.request({"op": "kill", "target": request_id})), 5)
+
+    # -- files -----------------------------------------------------------------
+    def _require_files(self) -> ContainerFiles:
+        if self._files is None:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} is not started")
+        return self._files
+
+    async def _make_folder(self, path: str, owner: User) -> None:
+        result = await self.exec(["mkdir", "-p", path], user=owner, cwd="/", timeout=30)
+        if not result.ok:
+            raise SandboxError(
+                f"cannot create {path} in attempt {self.spec.attempt_id}: {result.stderr.strip()}"
+            )
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._require_files().read(path)
+
+    async def write_file(
+        self, path: str, data: bytes, *, user: User = "agent", mode: int | None = None
+    ) -> None:
+        await self._require_files().write(path, data, user, mode)
+
+    async def copy_in(
+        self, source_dir: str, dest: str, *, user: User = "agent", read_only: bool = False
+    ) -> None:
+        await self._require_files().copy_in(source_dir, dest, user, read_only)
+
+    async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
+        return await self._require_files().copy_out(source, dest_dir, budget)
+
+
+def create_sandbox(spec: SandboxSpec, env: Any) -> DockerSandbox:
+    """The factory's entry: the attempt runs in the environment's current image, which
+    must have been built (`rebench envs build ENV --profile P --backend docker`)."""
+    from rebench.images.build import current_environment_image
+
+    engine = DockerEngine.connect()
+    image = spec.image or current_environment_image(env, spec.profile, engine)
+    return DockerSandbox(spec.model_copy(update={"image": image}), engine=engine)
