@@ -24,7 +24,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
 from rebench.store.db import Store
-from rebench.store.models import Attempt, Campaign
+from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource
 
 MAX_INFRA_RETRIES = 1
 
@@ -50,7 +50,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
     for env in envs:
         env.profile(spec.profile)
     with store.session() as session:
-        campaign = Campaign(spec=spec.model_dump(mode="json"), status="running")
+        campaign = Campaign(spec=spec.model_dump(mode="json"), status=CampaignStatus.RUNNING)
         session.add(campaign)
         session.flush()
         ids = []
@@ -59,7 +59,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
                 attempt = Attempt(
                     campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
                     profile=spec.profile, agent=spec.agent.name, model=spec.agent.model, budget_s=spec.budget_s,
-                    seed=spec.seed + index, status="queued", backend=spec.backend,
+                    seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.backend,
                 )
                 session.add(attempt)
                 session.flush()
@@ -95,7 +95,7 @@ def recover_orphans(store: Store) -> int:
         for attempt in session.scalars(select(Attempt).where(Attempt.status == "running")):
             if attempt.pid is not None and _pid_alive(attempt.pid) and attempt.pid != os.getpid():
                 continue
-            attempt.status, attempt.error_source = "interrupted", "infrastructure"
+            attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.INFRASTRUCTURE
             attempt.error_message = "the harness process died while the attempt was running"
             fixed += 1
     return fixed
@@ -163,7 +163,7 @@ class CampaignRunner:
         if stopped:
             self._mark_unfinished(campaign_id, f"not run: the campaign stopped ({stopped[0]})")
             raise RebenchError(f"campaign {campaign_id} stopped: {stopped[0]}")
-        self._set_campaign_status(campaign_id, "done")
+        self._set_campaign_status(campaign_id, CampaignStatus.DONE)
         return outcomes
 
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
@@ -187,7 +187,7 @@ class CampaignRunner:
             retry = Attempt(
                 campaign_id=failed.campaign_id, source="own", environment=failed.environment,
                 env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
-                budget_s=failed.budget_s, seed=failed.seed, status="queued", backend=failed.backend,
+                budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
                 retry_of=failed.id,
             )
             session.add(retry)
@@ -199,11 +199,11 @@ class CampaignRunner:
         with self.store.session() as session:
             for attempt in session.scalars(select(Attempt).where(
                     Attempt.campaign_id == campaign_id, Attempt.status.in_(("queued", "running")))):
-                attempt.status, attempt.error_source = "interrupted", "user"
+                attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
                 attempt.error_message = attempt.error_message or reason
             campaign = session.get_one(Campaign, campaign_id)
-            campaign.status = "interrupted"
+            campaign.status = CampaignStatus.INTERRUPTED
 
-    def _set_campaign_status(self, campaign_id: int, status: str) -> None:
+    def _set_campaign_status(self, campaign_id: int, status: CampaignStatus) -> None:
         with self.store.session() as session:
             session.get_one(Campaign, campaign_id).status = status
