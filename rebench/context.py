@@ -90,6 +90,8 @@ class AttemptRecorder:
             self._seq += 1
             row["seq"] = self._seq
             self._pending.append(row)
+        if self._closing.is_set():  # no writer thread any more
+            self._commit()
 
     def _write_loop(self) -> None:
         while not self._closing.wait(self.flush_interval_s):
@@ -101,6 +103,8 @@ class AttemptRecorder:
         with self._write_lock:
             with self._buffer_lock:
                 rows, self._pending = self._pending, []
+            if not rows and then is None:
+                return None
             try:
                 with self.store.session() as session:
                     if rows:

@@ -13,41 +13,14 @@ existed have no `v`: they are version 1.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rebench.errors import RebenchError
-from rebench.store.models import ErrorSource, LimitReason
+from rebench.store.models import ErrorSource, EventKind, LimitReason
 
-
-class EventKind(StrEnum):
-    # written by the harness
-    START = "start"
-    BASH = "bash"
-    PYTHON = "python"
-    READ_FILE = "read_file"
-    WRITE_FILE = "write_file"
-    UPLOAD_DIR = "upload_dir"
-    SCORE = "score"
-    SCORE_LOG = "score_log"
-    SUBMIT = "submit"
-    SLEEP = "sleep"
-    MODEL_CALL = "model_call"
-    LIMIT = "limit"
-    AGENT_ERROR = "agent_error"
-    SNAPSHOT = "snapshot"
-    # logged by agents through ctx.log_event
-    MODEL_ERROR = "model-error"
-    PROVIDER_RETRY = "provider-retry"
-    BUDGET_SPENT = "budget_spent"
-    AGENT_GAVE_UP = "agent_gave_up"
-    TOOL_RESULT = "tool_result"
-    CONTEXT_TRIMMED = "context_trimmed"
-    CONTEXT_TARGET_REDUCED = "context_target_reduced"
-    NOTE = "note"
-    """Free-form note for agents outside this package: a message and a JSON object."""
+__all__ = ["EventKind", "EventPayload", "EventSchemaError", "parse_event", "validate_event"]
 
 
 class _Payload(BaseModel):

@@ -54,6 +54,36 @@ class ScoreKind(StrEnum):
     FINAL = "final"
 
 
+class EventKind(StrEnum):
+    """What an event row records; its payload's schema is in rebench.store.events."""
+
+    # written by the harness
+    START = "start"
+    BASH = "bash"
+    PYTHON = "python"
+    READ_FILE = "read_file"
+    WRITE_FILE = "write_file"
+    UPLOAD_DIR = "upload_dir"
+    SCORE = "score"
+    SCORE_LOG = "score_log"
+    SUBMIT = "submit"
+    SLEEP = "sleep"
+    MODEL_CALL = "model_call"
+    LIMIT = "limit"
+    AGENT_ERROR = "agent_error"
+    SNAPSHOT = "snapshot"
+    # logged by agents through ctx.log_event
+    MODEL_ERROR = "model-error"
+    PROVIDER_RETRY = "provider-retry"
+    BUDGET_SPENT = "budget_spent"
+    AGENT_GAVE_UP = "agent_gave_up"
+    TOOL_RESULT = "tool_result"
+    CONTEXT_TRIMMED = "context_trimmed"
+    CONTEXT_TARGET_REDUCED = "context_target_reduced"
+    NOTE = "note"
+    """Free-form note for agents outside this package: a message and a JSON object."""
+
+
 ATTEMPT_STATUSES = tuple(s.value for s in AttemptStatus)
 ERROR_SOURCES = tuple(s.value for s in ErrorSource)
 FINISHED_STATUSES = (AttemptStatus.DONE, AttemptStatus.LIMIT, AttemptStatus.ERROR, AttemptStatus.INTERRUPTED)
@@ -170,7 +200,7 @@ class Event(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[EventKind] = mapped_column(EnumString(EventKind, 32))
     working_s: Mapped[float] = mapped_column(Float, default=0.0)
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
