@@ -178,3 +178,25 @@ def test_close_commits_what_is_buffered_and_the_writer_thread_ends(tmp_path: Pat
     recorder.close()
     assert committed(store.path, "select kind from events") == [("score_log",)]
     assert not recorder._writer.is_alive()
+
+
+def test_an_exit_without_close_still_commits_buffered_events(tmp_path: Path) -> None:
+    """A harness that exits on an uncaught error never reaches the runner's close(): atexit commits."""
+    db = tmp_path / "exit.db"
+    code = (
+        "import sys\n"
+        "from rebench.clock import AttemptClock\n"
+        "from rebench.context import AttemptRecorder\n"
+        "from rebench.store.db import Store\n"
+        "from tests.test_records import new_attempt\n"
+        "store = Store(sys.argv[1])\n"
+        "recorder = AttemptRecorder(store, new_attempt(store), AttemptClock(), flush_interval_s=3600)\n"
+        "for i in range(5):\n"
+        "    recorder.event('sleep', seconds=float(i))\n"
+        "raise RuntimeError('the harness failed')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert result.returncode == 1 and "the harness failed" in result.stderr
+    assert committed(db, "select seq, data from events order by seq") == [
+        (i + 1, json.dumps({"v": 1, "seconds": float(i)})) for i in range(5)]
