@@ -26,7 +26,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
 from rebench.store.db import Store
-from rebench.store.models import Attempt, Campaign
+from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource
 
 MAX_INFRA_RETRIES = 1
 
@@ -95,7 +95,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
     for env in envs:
         env.profile(spec.profile)
     with store.session() as session:
-        campaign = Campaign(spec=spec.model_dump(mode="json"), status="running")
+        campaign = Campaign(spec=spec.model_dump(mode="json"), status=CampaignStatus.RUNNING)
         session.add(campaign)
         session.flush()
         ids = []
@@ -104,7 +104,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
                 attempt = Attempt(
                     campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
                     profile=spec.profile, agent=spec.agent.name, model=spec.agent.model, budget_s=spec.budget_s,
-                    seed=spec.seed + index, status="queued", backend=spec.chosen_backend,
+                    seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.chosen_backend,
                 )
                 session.add(attempt)
                 session.flush()
@@ -137,10 +137,10 @@ def recover_orphans(store: Store) -> int:
     """Attempts left `running` by a harness that was killed (SIGKILL, power loss): mark them."""
     fixed = 0
     with store.session() as session:
-        for attempt in session.scalars(select(Attempt).where(Attempt.status == "running")):
+        for attempt in session.scalars(select(Attempt).where(Attempt.status == AttemptStatus.RUNNING)):
             if attempt.pid is not None and _pid_alive(attempt.pid) and attempt.pid != os.getpid():
                 continue
-            attempt.status, attempt.error_source = "interrupted", "infrastructure"
+            attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.INFRASTRUCTURE
             attempt.error_message = "the harness process died while the attempt was running"
             fixed += 1
     return fixed
@@ -177,7 +177,7 @@ class CampaignRunner:
     async def run(self, campaign_id: int, spec: CampaignSpec) -> list[AttemptOutcome]:
         with self.store.session() as session:
             queued = [(a.id, a.environment) for a in session.scalars(
-                select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == "queued")
+                select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
                 .order_by(Attempt.id))]
         slots = asyncio.Semaphore(spec.parallel)
         gpus = GpuPool(spec.gpus)
@@ -208,7 +208,7 @@ class CampaignRunner:
         if stopped:
             self._mark_unfinished(campaign_id, f"not run: the campaign stopped ({stopped[0]})")
             raise RebenchError(f"campaign {campaign_id} stopped: {stopped[0]}")
-        self._set_campaign_status(campaign_id, "done")
+        self._set_campaign_status(campaign_id, CampaignStatus.DONE)
         return outcomes
 
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
@@ -218,7 +218,7 @@ class CampaignRunner:
                                network=spec.network)
         outcome = await runner.run(attempt_id, spec.agent)
         retries = 0
-        while outcome.error_source == "infrastructure" and retries < MAX_INFRA_RETRIES:
+        while outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES:
             retries += 1
             attempt_id = self._plan_retry(attempt_id)
             outcome = await runner.run(attempt_id, spec.agent)
@@ -232,7 +232,7 @@ class CampaignRunner:
             retry = Attempt(
                 campaign_id=failed.campaign_id, source="own", environment=failed.environment,
                 env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
-                budget_s=failed.budget_s, seed=failed.seed, status="queued", backend=failed.backend,
+                budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
                 retry_of=failed.id,
             )
             session.add(retry)
@@ -242,13 +242,14 @@ class CampaignRunner:
     def _mark_unfinished(self, campaign_id: int,
                          reason: str = "the campaign was interrupted before it ran") -> None:
         with self.store.session() as session:
+            unfinished = (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
             for attempt in session.scalars(select(Attempt).where(
-                    Attempt.campaign_id == campaign_id, Attempt.status.in_(("queued", "running")))):
-                attempt.status, attempt.error_source = "interrupted", "user"
+                    Attempt.campaign_id == campaign_id, Attempt.status.in_(unfinished))):
+                attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
                 attempt.error_message = attempt.error_message or reason
             campaign = session.get_one(Campaign, campaign_id)
-            campaign.status = "interrupted"
+            campaign.status = CampaignStatus.INTERRUPTED
 
-    def _set_campaign_status(self, campaign_id: int, status: str) -> None:
+    def _set_campaign_status(self, campaign_id: int, status: CampaignStatus) -> None:
         with self.store.session() as session:
             session.get_one(Campaign, campaign_id).status = status

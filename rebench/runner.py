@@ -34,7 +34,7 @@ from rebench.sandbox.snapshot import SnapshotBudget
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
-from rebench.store.models import ERROR_SOURCES, Attempt, ScoreEvent
+from rebench.store.models import Attempt, AttemptStatus, ErrorSource, LimitReason, ScoreEvent, ScoreKind
 
 WATCHDOG_TICK_S = 0.05
 CANCEL_GRACE_S = 10.0
@@ -42,10 +42,10 @@ CANCEL_GRACE_S = 10.0
 
 class AttemptOutcome(BaseModel):
     attempt_id: int
-    status: str
-    error_source: str | None = None
+    status: AttemptStatus
+    error_source: ErrorSource | None = None
     error_message: str | None = None
-    limit_reason: str | None = None
+    limit_reason: LimitReason | None = None
     final_raw: float | None = None
     final_normalized: float | None = None
     working_s: float = 0.0
@@ -105,9 +105,9 @@ class AttemptRunner:
         clock = AttemptClock()
         recorder = AttemptRecorder(self.store, attempt_id, clock)
         snapshot_budget = SnapshotBudget(profile.snapshot.max_bytes, profile.snapshot.max_files)
-        outcome = AttemptOutcome(attempt_id=attempt_id, status="running")
+        outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
-        self._update(attempt_id, status="running", started_at=_now(), backend=self.backend, pid=os.getpid())
+        self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend, pid=os.getpid())
         try:
             agent = load_agent(config)
             assets = assets_dir(self.env, profile_name, build=False)
@@ -126,7 +126,7 @@ class AttemptRunner:
                     await install_environment(sandbox, self.env, profile_name, assets)
                     self.progress(attempt_id, "scoring the starting solution")
                     baseline = await run_scoring(sandbox, profile.score_timeout_s)
-                    recorder.score(baseline, "baseline")
+                    recorder.score(baseline, ScoreKind.BASELINE)
                 finally:
                     clock.resume(interval)
                     recorder.pause_ended(pause_row, interval)
@@ -145,18 +145,17 @@ class AttemptRunner:
                            budget_s=budget_s, backend=self.backend)
             self.progress(attempt_id, "agent running")
             await self._run_agent(agent, ctx, sandbox, outcome)
-            if outcome.status == "done" and not await sandbox.alive():
+            if outcome.status == AttemptStatus.DONE and not await sandbox.alive():
                 raise InfrastructureFailure("the sandbox stopped during the attempt")
         except asyncio.CancelledError:
-            outcome.status, outcome.error_source = "interrupted", "user"
+            outcome.status, outcome.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
             outcome.error_message = "interrupted by the user"
             raise
-        except InfrastructureFailure as exc:
-            outcome.status, outcome.error_source, outcome.error_message = "error", "infrastructure", str(exc)
-        except SandboxError as exc:
-            outcome.status, outcome.error_source, outcome.error_message = "error", "infrastructure", str(exc)
+        except (InfrastructureFailure, SandboxError) as exc:
+            outcome.status, outcome.error_source = AttemptStatus.ERROR, ErrorSource.INFRASTRUCTURE
+            outcome.error_message = str(exc)
         except Exception as exc:
-            outcome.status, outcome.error_source = "error", "environment"
+            outcome.status, outcome.error_source = AttemptStatus.ERROR, ErrorSource.ENVIRONMENT
             outcome.error_message = f"{type(exc).__name__}: {exc}"
         finally:
             clock.stop()
@@ -192,27 +191,27 @@ class AttemptRunner:
             reason = "time"  # the agent stopped because its time was up, just before the watchdog did
         if reason == "time":
             ctx.recorder.event("limit", which="time", detail=f"working time reached {ctx.budget_s:.0f} s")
-            outcome.status, outcome.limit_reason = "limit", "time"
+            outcome.status, outcome.limit_reason = AttemptStatus.LIMIT, LimitReason.TIME
             return
         if reason == "submitted":
-            outcome.status = "done"
+            outcome.status = AttemptStatus.DONE
             return
         exc = task.exception() if not task.cancelled() else None
         if isinstance(exc, LimitExceeded):
-            outcome.status, outcome.limit_reason = "limit", exc.which
+            outcome.status, outcome.limit_reason = AttemptStatus.LIMIT, LimitReason(exc.which)
         elif exc is not None:
             if not await sandbox.alive():
                 raise InfrastructureFailure(f"the sandbox died: {type(exc).__name__}: {exc}")
             # Exceptions may say who is to blame (a provider outage is not the agent's fault).
             blamed = getattr(exc, "error_source", None)
-            outcome.status = "error"
-            outcome.error_source = blamed if blamed in ERROR_SOURCES else "agent"
+            outcome.status = AttemptStatus.ERROR
+            outcome.error_source = ErrorSource(blamed) if blamed in tuple(ErrorSource) else ErrorSource.AGENT
             outcome.error_message = f"{type(exc).__name__}: {exc}"
             ctx.recorder.event("agent_error", error=outcome.error_message, error_source=outcome.error_source)
             if getattr(exc, "stops_campaign", False):
                 outcome.stop_campaign = str(exc)
         else:
-            outcome.status = "done"
+            outcome.status = AttemptStatus.DONE
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
                       sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget) -> None:
@@ -233,7 +232,10 @@ class AttemptRunner:
                         recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
-            self._finalize_row(attempt_id, outcome, clock, snapshot)
+            try:
+                recorder.close()  # every buffered event is committed before the status changes
+            finally:
+                self._finalize_row(attempt_id, outcome, clock, snapshot)
 
         await asyncio.shield(finish())
 
@@ -242,8 +244,8 @@ class AttemptRunner:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
             profile = self.env.profile(attempt.profile)
-            raws = [s.raw for s in session.query(ScoreEvent).filter_by(attempt_id=attempt_id, kind="intermediate")
-                    .order_by(ScoreEvent.id)]
+            raws = [s.raw for s in session.query(ScoreEvent)
+                    .filter_by(attempt_id=attempt_id, kind=ScoreKind.INTERMEDIATE).order_by(ScoreEvent.id)]
             final = final_raw_score(raws, rule=profile.final_score, direction=profile.direction)
             anchors = resolve_anchors(self.store, self.env, attempt.profile)
             outcome.final_raw = final

@@ -202,6 +202,8 @@ def test_limits_raise_after_the_call_is_recorded(
     with pytest.raises(LimitExceeded) as err:
         asyncio.run(caller.complete("", [Message(role="user", content="hi")], [], max_output_tokens=16))
     assert err.value.which == "tokens" and len(ctx.usages) == 1
+    assert ctx.attempt().input_tokens == 600 and ctx.attempt().output_tokens == 10
+    assert ctx.kinds() == ["model_call", "limit"] and ctx.limit_reason == "tokens"
 
 
 def test_neutral_conversation_maps_to_each_wire_format() -> None:

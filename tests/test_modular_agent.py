@@ -51,7 +51,7 @@ def test_tools_run_in_order_and_results_reach_the_model(
         {"text": "Done.", "tool_calls": [call("submit", answer="fast")]},
     )
     ctx = run_agent(provider, model_server, tmp_path)
-    assert ctx.submitted == "fast"
+    assert ctx.submitted.is_set() and ctx.answer == "fast"
     assert (Path(ctx.paths.solution) / "note.txt").read_text() == "fast\n"
     results = [data for kind, data in ctx.events if kind == "tool_result"]
     assert [r["tool"] for r in results] == ["bash", "python", "score", "score_log", "submit"]
@@ -162,7 +162,7 @@ def test_keeps_nudging_after_replies_without_tool_calls(
         {"tool_calls": [call("submit")]},
     )
     ctx = run_agent("anthropic", model_server, tmp_path)
-    assert ctx.submitted is None and "agent_gave_up" not in ctx.kinds()
+    assert ctx.submitted.is_set() and ctx.answer is None and "agent_gave_up" not in ctx.kinds()
     assert len(model_server.requests) == 7
     assert NO_TOOL_CALL in model_server.requests[1].text
     assert "cut off at the output limit (8192 tokens)" in model_server.requests[2].text
@@ -173,7 +173,7 @@ def test_stops_asking_when_the_budget_is_spent(
 ) -> None:
     model_server.add(*[{"text": "hmm", "delay_s": 0.4}] * 20)
     ctx = run_agent("openai-compatible", model_server, tmp_path, budget_s=1)
-    assert ctx.kinds()[-1] == "budget_spent" and ctx.submitted is False
+    assert ctx.kinds()[-1] == "budget_spent" and not ctx.submitted.is_set()
     assert 2 <= len(model_server.requests) <= 5
 
 
@@ -192,7 +192,7 @@ def test_old_tool_outputs_give_way_in_a_small_context(
         max_output_tokens="500",
         output_limit_chars="4000",
     )
-    assert "context_trimmed" in ctx.kinds() and ctx.submitted is None
+    assert "context_trimmed" in ctx.kinds() and ctx.submitted.is_set() and ctx.answer is None
     last = model_server.requests[-1].text
     assert TRIMMED_NOTICE in last and "Make the tests pass." in last
     assert "5" * 3000 in last and "1" * 3000 not in last
@@ -208,7 +208,7 @@ def test_recovers_when_the_server_says_the_prompt_is_too_long(
         {"tool_calls": [call("submit")]},
     )
     ctx = run_agent("openai-compatible", model_server, tmp_path, context_window="20000", output_limit_chars="4000")
-    assert ctx.submitted is None
+    assert ctx.submitted.is_set() and ctx.answer is None
     errors = [d for k, d in ctx.events if k == "model-error"]
     assert errors and all(e["context_overflow"] for e in errors)
     assert TRIMMED_NOTICE in model_server.requests[-1].text
@@ -228,7 +228,7 @@ def test_a_reduced_context_target_is_kept_for_later_turns(
         "openai-compatible", model_server, tmp_path,
         context_window="10000", max_output_tokens="1000", output_limit_chars="4000",
     )  # fmt: skip
-    assert ctx.submitted is None
+    assert ctx.submitted.is_set() and ctx.answer is None
     failed = len(model_server.requests) - 8
     assert failed == 1 and len([k for k in ctx.kinds() if k == "model-error"]) == 1
     assert [k for k in ctx.kinds() if k == "context_target_reduced"] == ["context_target_reduced"]
@@ -245,6 +245,8 @@ def test_token_limit_ends_the_run(
     with pytest.raises(LimitExceeded) as err:
         asyncio.run(create_agent(config).run(ctx))
     assert err.value.which == "tokens" and len(ctx.usages) == 3
+    assert ctx.attempt().input_tokens + ctx.attempt().output_tokens == 1230
+    assert ctx.kinds()[-1] == "limit" and ctx.limit_reason == "tokens"
     assert "Tokens: 820 of 1000 used (82%)" in model_server.requests[-1].text
     assert "More than 3/4 of your budget" in model_server.requests[-1].text
 

@@ -1,6 +1,22 @@
 """SQLite storage through SQLAlchemy 2.x: campaigns, attempts, events, scores, pauses, calibrations."""
 
 from rebench.store.db import Store, default_db_path
-from rebench.store.models import Attempt, Calibration, Campaign, Event, Pause, ScoreEvent
+from rebench.store.models import (
+    Attempt,
+    AttemptStatus,
+    Calibration,
+    Campaign,
+    CampaignStatus,
+    ErrorSource,
+    Event,
+    EventKind,
+    LimitReason,
+    Pause,
+    ScoreEvent,
+    ScoreKind,
+)
 
-__all__ = ["Attempt", "Calibration", "Campaign", "Event", "Pause", "ScoreEvent", "Store", "default_db_path"]
+__all__ = [
+    "Attempt", "AttemptStatus", "Calibration", "Campaign", "CampaignStatus", "ErrorSource", "Event", "EventKind",
+    "LimitReason", "Pause", "ScoreEvent", "ScoreKind", "Store", "default_db_path",
+]

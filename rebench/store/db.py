@@ -23,8 +23,13 @@ def default_db_path() -> Path:
 
 
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    """WAL with synchronous=FULL: a committed transaction survives a crash of the harness and
+    a power loss. (NORMAL would survive the former only, losing the last commits to the latter;
+    it is not needed since tool-call events are committed in batches off the hot path, see
+    rebench.context.AttemptRecorder, and only scores and status changes commit inline.)"""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()

@@ -1,20 +1,118 @@
 """ORM tables. Raw scores are the source of truth; normalized values are derived.
 
-Attempt status: queued, running, done, limit, error, interrupted.
-Error source: agent, environment, infrastructure, user (None when nothing failed).
+Statuses, error sources, score kinds and limit reasons are StrEnums: the columns
+stay plain strings in SQLite (no schema change), but a value outside the enum
+cannot be written, and what is read back is the enum member.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
-ATTEMPT_STATUSES = ("queued", "running", "done", "limit", "error", "interrupted")
-ERROR_SOURCES = ("agent", "environment", "infrastructure", "user")
-FINISHED_STATUSES = ("done", "limit", "error", "interrupted")
+
+class AttemptStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    LIMIT = "limit"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+
+
+class CampaignStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    INTERRUPTED = "interrupted"
+
+
+class ErrorSource(StrEnum):
+    """Who is to blame for a failed attempt (None when nothing failed)."""
+
+    AGENT = "agent"
+    ENVIRONMENT = "environment"
+    INFRASTRUCTURE = "infrastructure"
+    USER = "user"
+
+
+class LimitReason(StrEnum):
+    TIME = "time"
+    TOKENS = "tokens"
+    COST = "cost"
+    DISK = "disk"
+
+
+class ScoreKind(StrEnum):
+    BASELINE = "baseline"
+    INTERMEDIATE = "intermediate"
+    FINAL = "final"
+
+
+class EventKind(StrEnum):
+    """What an event row records; its payload's schema is in rebench.store.events."""
+
+    # written by the harness
+    START = "start"
+    BASH = "bash"
+    PYTHON = "python"
+    READ_FILE = "read_file"
+    WRITE_FILE = "write_file"
+    UPLOAD_DIR = "upload_dir"
+    SCORE = "score"
+    SCORE_LOG = "score_log"
+    SUBMIT = "submit"
+    SLEEP = "sleep"
+    MODEL_CALL = "model_call"
+    LIMIT = "limit"
+    AGENT_ERROR = "agent_error"
+    SNAPSHOT = "snapshot"
+    # logged by agents through ctx.log_event
+    MODEL_ERROR = "model-error"
+    PROVIDER_RETRY = "provider-retry"
+    BUDGET_SPENT = "budget_spent"
+    AGENT_GAVE_UP = "agent_gave_up"
+    TOOL_RESULT = "tool_result"
+    CONTEXT_TRIMMED = "context_trimmed"
+    CONTEXT_TARGET_REDUCED = "context_target_reduced"
+    NOTE = "note"
+    """Free-form note for agents outside this package: a message and a JSON object."""
+
+
+ATTEMPT_STATUSES = tuple(s.value for s in AttemptStatus)
+ERROR_SOURCES = tuple(s.value for s in ErrorSource)
+FINISHED_STATUSES = (AttemptStatus.DONE, AttemptStatus.LIMIT, AttemptStatus.ERROR, AttemptStatus.INTERRUPTED)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class EnumString(TypeDecorator[E]):
+    """A StrEnum stored as its plain string value: writing anything else raises, reading gives the member."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum: type[E], length: int) -> None:
+        super().__init__(length)
+        self.enum = enum
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        try:
+            return self.enum(value).value
+        except ValueError:
+            allowed = ", ".join(m.value for m in self.enum)
+            raise ValueError(f"invalid {self.enum.__name__} {value!r}; allowed: {allowed}") from None
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
 
 
 def utcnow() -> datetime:
@@ -33,7 +131,7 @@ class Campaign(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[CampaignStatus] = mapped_column(EnumString(CampaignStatus, 16), default=CampaignStatus.RUNNING)
 
     attempts: Mapped[list[Attempt]] = relationship(back_populates="campaign")
 
@@ -60,10 +158,12 @@ class Attempt(Base):
     seed: Mapped[int] = mapped_column(Integer, default=0)
     backend: Mapped[str | None] = mapped_column(String(16))
     image_id: Mapped[str | None] = mapped_column(String(128))
-    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
-    error_source: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[AttemptStatus] = mapped_column(
+        EnumString(AttemptStatus, 16), default=AttemptStatus.QUEUED, index=True
+    )
+    error_source: Mapped[ErrorSource | None] = mapped_column(EnumString(ErrorSource, 16))
     error_message: Mapped[str | None] = mapped_column(Text)
-    limit_reason: Mapped[str | None] = mapped_column(String(32))
+    limit_reason: Mapped[LimitReason | None] = mapped_column(EnumString(LimitReason, 32))
     retry_of: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"))
     counted: Mapped[bool] = mapped_column(Boolean, default=True)
     pid: Mapped[int | None] = mapped_column(Integer)
@@ -100,7 +200,7 @@ class Event(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[EventKind] = mapped_column(EnumString(EventKind, 32))
     working_s: Mapped[float] = mapped_column(Float, default=0.0)
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -116,7 +216,7 @@ class ScoreEvent(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
-    kind: Mapped[str] = mapped_column(String(16), default="intermediate")  # baseline | intermediate | final
+    kind: Mapped[ScoreKind] = mapped_column(EnumString(ScoreKind, 16), default=ScoreKind.INTERMEDIATE)
     working_s: Mapped[float] = mapped_column(Float, default=0.0)
     raw: Mapped[float | None] = mapped_column(Float)
     valid: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -1,0 +1,257 @@
+"""The event log's schema: one versioned pydantic model per event kind.
+
+The `events` table is the audit and replay contract of an attempt, so what goes
+into its `data` column is typed here rather than being whatever keyword
+arguments a caller passed. `validate_event` runs on every write (an unknown
+kind, a missing field or an unexpected one raises), `parse_event` on read.
+
+Each payload carries `v`, its schema version, in the stored JSON. Changing a
+payload's fields means a new model with the next `v` (and keeping the old one
+for reading old rows), never an edit in place. Rows written before versions
+existed have no `v`: they are version 1.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from rebench.errors import RebenchError
+from rebench.store.models import ErrorSource, EventKind, LimitReason
+
+__all__ = ["EventKind", "EventPayload", "EventSchemaError", "parse_event", "validate_event"]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+
+
+class Start(_Payload):
+    kind: Literal["start"] = "start"
+    instructions: str
+    agent: str
+    model: str | None
+    budget_s: float
+    backend: str
+
+
+class _Exec(_Payload):
+    """A command; a cancelled one (the hard timer) has no result fields."""
+
+    timeout: float | None
+    exit_code: int | None = None
+    timed_out: bool | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    cancelled: bool = False
+
+
+class Bash(_Exec):
+    kind: Literal["bash"] = "bash"
+    command: str
+
+
+class Python(_Exec):
+    kind: Literal["python"] = "python"
+    code: str
+
+
+class ReadFile(_Payload):
+    kind: Literal["read_file"] = "read_file"
+    path: str
+    bytes: int
+
+
+class WriteFile(_Payload):
+    kind: Literal["write_file"] = "write_file"
+    path: str
+    bytes: int
+    content: str
+
+
+class UploadDir(_Payload):
+    kind: Literal["upload_dir"] = "upload_dir"
+    source: str
+    dest: str
+
+
+class Score(_Payload):
+    kind: Literal["score"] = "score"
+    feedback: dict[str, Any]
+
+
+class ScoreLog(_Payload):
+    kind: Literal["score_log"] = "score_log"
+    entries: int
+
+
+class Submit(_Payload):
+    kind: Literal["submit"] = "submit"
+    answer: str | None
+
+
+class Sleep(_Payload):
+    kind: Literal["sleep"] = "sleep"
+    seconds: float
+
+
+class ModelCall(_Payload):
+    """ModelUsage's fields, what the model said, and the agent's turn number."""
+
+    kind: Literal["model_call"] = "model_call"
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    wait_s: float
+    extra: dict[str, Any] = Field(default_factory=dict)
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    turn: int | None = None
+
+
+class Limit(_Payload):
+    kind: Literal["limit"] = "limit"
+    which: LimitReason
+    detail: str
+
+
+class AgentError(_Payload):
+    kind: Literal["agent_error"] = "agent_error"
+    error: str
+    error_source: ErrorSource
+
+
+class LeftOutEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    reason: str
+    size: int | None = None
+
+
+class Snapshot(_Payload):
+    """The snapshot's report (rebench.sandbox.snapshot.SnapshotReport), or only a note when it failed."""
+
+    kind: Literal["snapshot"] = "snapshot"
+    path: str | None = None
+    note: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    cap_bytes: int | None = None
+    cap_files: int | None = None
+    read_bytes: int | None = None
+    capped: bool | None = None
+    stopped_at: str | None = None
+    after_stop: int | None = None
+    left_out: list[LeftOutEntry] | None = None
+    left_out_count: int | None = None
+
+
+class ModelError(_Payload):
+    kind: Literal["model-error"] = "model-error"
+    model: str
+    error: str
+    status: int | None
+    retries: int
+    context_overflow: bool
+
+
+class ProviderRetry(_Payload):
+    kind: Literal["provider-retry"] = "provider-retry"
+    model: str
+    status: int | None
+    error: str
+    retry: int
+    delay_s: float
+
+
+class BudgetSpent(_Payload):
+    kind: Literal["budget_spent"] = "budget_spent"
+    turn: int
+
+
+class AgentGaveUp(_Payload):
+    kind: Literal["agent_gave_up"] = "agent_gave_up"
+    reason: str
+
+
+class ToolResult(_Payload):
+    kind: Literal["tool_result"] = "tool_result"
+    turn: int
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    output: str
+
+
+class ContextTrimmed(_Payload):
+    kind: Literal["context_trimmed"] = "context_trimmed"
+    turn: int
+    messages: int
+    budget_tokens: int
+
+
+class ContextTargetReduced(_Payload):
+    kind: Literal["context_target_reduced"] = "context_target_reduced"
+    turn: int
+    context_fill: float
+
+
+class Note(_Payload):
+    kind: Literal["note"] = "note"
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+EventPayload = Annotated[
+    Start | Bash | Python | ReadFile | WriteFile | UploadDir | Score | ScoreLog | Submit | Sleep | ModelCall
+    | Limit | AgentError | Snapshot | ModelError | ProviderRetry | BudgetSpent | AgentGaveUp | ToolResult
+    | ContextTrimmed | ContextTargetReduced | Note,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[EventPayload] = TypeAdapter(EventPayload)
+PAYLOAD_MODELS: dict[str, type[_Payload]] = {
+    model.model_fields["kind"].default: model
+    for model in (Start, Bash, Python, ReadFile, WriteFile, UploadDir, Score, ScoreLog, Submit, Sleep, ModelCall,
+                  Limit, AgentError, Snapshot, ModelError, ProviderRetry, BudgetSpent, AgentGaveUp, ToolResult,
+                  ContextTrimmed, ContextTargetReduced, Note)
+}
+if set(PAYLOAD_MODELS) != {k.value for k in EventKind}:  # pragma: no cover - a schema edit left one side behind
+    raise RuntimeError(f"event kinds and payload models differ: {set(PAYLOAD_MODELS) ^ {k.value for k in EventKind}}")
+
+
+class EventSchemaError(RebenchError):
+    """An event that does not match its kind's schema; raised before anything is written."""
+
+
+def _check(kind: str, data: dict[str, Any], action: str) -> EventPayload:
+    if kind not in PAYLOAD_MODELS:
+        raise EventSchemaError(f"unknown event kind {kind!r} ({action}); allowed: {', '.join(PAYLOAD_MODELS)}")
+    try:
+        return _ADAPTER.validate_python({**data, "kind": kind})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "payload"
+        raise EventSchemaError(f"event {kind!r} ({action}): {where}: {first['msg']}") from None
+
+
+def validate_event(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The JSON to store for one event: checked against its kind's model, with its version `v`.
+
+    Only the fields the caller gave (and `v`) are stored, so the recorded shape is what
+    was written; a field the model does not know, or a required one left out, raises.
+    """
+    if "v" in data:
+        raise EventSchemaError(f"event {kind!r} (write): 'v' is set by the schema, not the caller")
+    payload = _check(kind, data, "write")
+    return {"v": payload.v, **payload.model_dump(mode="json", exclude_unset=True, exclude={"kind"})}
+
+
+def parse_event(kind: str, data: dict[str, Any]) -> EventPayload:
+    """A stored event's payload as its typed model (rows without `v` are version 1)."""
+    return _check(kind, data, "read")

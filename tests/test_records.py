@@ -1,0 +1,202 @@
+"""Typed records and the event recorder: real SQLite files, a real harness process for the kill test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select
+from sqlalchemy.exc import StatementError
+
+from rebench.agents.base import AgentConfig
+from rebench.clock import AttemptClock
+from rebench.context import FLUSH_INTERVAL_S, AttemptRecorder
+from rebench.scoring.result import ScoreResult
+from rebench.store.db import Store, integrity_ok
+from rebench.store.events import Bash, EventKind, EventSchemaError, ModelCall, parse_event, validate_event
+from rebench.store.models import Attempt, AttemptStatus, ErrorSource, Event, ScoreKind
+from tests.scratch_context import ScratchContext
+
+from .conftest import REPO, run_main
+
+
+def new_attempt(store: Store) -> int:
+    with store.session() as session:
+        attempt = Attempt(environment="counter", agent="test", model=None, budget_s=60, status=AttemptStatus.RUNNING)
+        session.add(attempt)
+        session.flush()
+        return attempt.id
+
+
+def committed(db: Path, query: str) -> list[tuple]:
+    """What another connection (another process) sees: only committed rows."""
+    with sqlite3.connect(db) as connection:
+        return connection.execute(query).fetchall()
+
+
+def test_unknown_kinds_and_bad_payloads_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    recorder = AttemptRecorder(store, new_attempt(store), AttemptClock())
+    with pytest.raises(EventSchemaError, match="unknown event kind 'bash_v2'"):
+        recorder.event("bash_v2", command="ls", timeout=None)
+    with pytest.raises(EventSchemaError, match="event 'bash' \\(write\\): command: Field required"):
+        recorder.event("bash", timeout=None, exit_code=0)
+    with pytest.raises(EventSchemaError, match="event 'submit' \\(write\\): answr: Extra inputs"):
+        recorder.event("submit", answer=None, answr="x")
+    with pytest.raises(EventSchemaError, match="which: Input should be"):
+        recorder.event("limit", which="patience", detail="ran out")
+    ctx = ScratchContext(tmp_path / "scratch", AgentConfig(name="modular"))
+    with pytest.raises(EventSchemaError, match="unknown event kind 'my_agent_thought'"):
+        ctx.log_event("my_agent_thought", text="hmm")
+    ctx.log_event("note", message="an agent's own note", data={"thought": "hmm"})
+    recorder.close()
+    assert committed(store.path, "select count(*) from events") == [(0,)]
+    assert ctx.kinds() == ["note"]
+
+
+def test_stored_events_carry_their_version_and_parse_back_typed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    recorder = AttemptRecorder(store, new_attempt(store), AttemptClock())
+    recorder.event("bash", 0.01, command="true", timeout=None, exit_code=0, timed_out=False, stdout="", stderr="")
+    recorder.event("bash", 0.5, command="sleep 9", timeout=None, cancelled=True)
+    recorder.close()
+    with store.session() as session:
+        rows = [(e.kind, e.data) for e in session.scalars(select(Event).order_by(Event.seq))]
+    assert rows[1] == ("bash", {"v": 1, "command": "sleep 9", "timeout": None, "cancelled": True})
+    parsed = [parse_event(kind, data) for kind, data in rows]
+    assert all(isinstance(p, Bash) for p in parsed)
+    assert [(p.exit_code, p.cancelled) for p in parsed if isinstance(p, Bash)] == [(0, False), (None, True)]
+    # rows written before payloads had versions are version 1; a payload that drifted does not parse
+    assert parse_event("model_call", {"model": "m", "input_tokens": 1, "output_tokens": 2, "cached_tokens": 0,
+                                      "cost_usd": 0.0, "wait_s": 0.1}).v == 1
+    assert isinstance(parse_event("model_call", validate_event("model_call", {
+        "model": "m", "input_tokens": 1, "output_tokens": 2, "cached_tokens": 0, "cost_usd": 0.0, "wait_s": 0.1,
+        "turn": 3})), ModelCall)
+    with pytest.raises(EventSchemaError, match="event 'model_call' \\(read\\): input_tokens: Field required"):
+        parse_event("model_call", {"model": "m", "output_tokens": 2, "cached_tokens": 0, "cost_usd": 0.0,
+                                   "wait_s": 0.1})
+    with pytest.raises(EventSchemaError, match="v: Input should be 1"):
+        parse_event("submit", {"v": 2, "answer": None})
+
+
+def test_status_columns_take_only_their_values_and_read_back_as_enums(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    attempt_id = new_attempt(store)
+    bad_status = pytest.raises(StatementError, match="invalid AttemptStatus 'finished'; allowed: queued, running")
+    with bad_status, store.session() as session:
+        session.get_one(Attempt, attempt_id).status = "finished"  # type: ignore[assignment]
+    with pytest.raises(StatementError, match="invalid ErrorSource 'gremlins'"), store.session() as session:
+        session.add(Attempt(environment="counter", agent="test", budget_s=60, error_source="gremlins"))
+    assert committed(store.path, "select id, status, error_source from attempts") == [(attempt_id, "running", None)]
+    with store.session() as session:
+        row = session.get_one(Attempt, attempt_id)
+        assert row.status is AttemptStatus.RUNNING and row.error_source is None
+
+
+def test_a_score_is_committed_with_every_earlier_event_before_it_returns(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    recorder = AttemptRecorder(store, new_attempt(store), AttemptClock(), flush_interval_s=3600)
+    for i in range(5):
+        recorder.event("sleep", seconds=float(i))
+    recorder.score(ScoreResult(raw=2.0), ScoreKind.INTERMEDIATE)
+    assert committed(store.path, "select kind, raw from score_events") == [("intermediate", 2.0)]
+    assert committed(store.path, "select seq from events order by seq") == [(i,) for i in range(1, 6)]
+    recorder.event("submit", answer=None)
+    recorder.close()
+    assert committed(store.path, "select max(seq) from events") == [(6,)]
+
+
+def test_replay_attempt_records_typed_events_and_json_statuses(
+    fixture_envs: Path, tmp_path: Path, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [
+        {"bash": "echo hi"}, {"python": "print(1)"}, {"write_file": {"path": "value.txt", "content": "4"}},
+        {"score": {}}, {"sleep": 0.01}, {"submit": "done"}]}))
+    code, _, err = run_main(["run", "--env", "counter", "--agent", "replay", "--agent-arg", f"script={script}",
+                             "--profile", "tiny", "--budget", "1m", "--backend", "local", "--db", str(db_path)],
+                            capsys)
+    assert code == 0, err
+    code, out, _ = run_main(["attempts", "show", "1", "--json", "--db", str(db_path)], capsys)
+    shown = json.loads(out)
+    assert shown["status"] == AttemptStatus.DONE and shown["error_source"] is None
+    events = [parse_event(e["kind"], e["data"]) for e in shown["events"]]
+    assert [e.kind for e in events] == ["start", "bash", "python", "write_file", "score", "sleep", "submit",
+                                        "snapshot"]
+    assert {e["kind"] for e in shown["events"]} <= set(EventKind)
+    assert [s["kind"] for s in shown["scores"]] == [ScoreKind.BASELINE, ScoreKind.INTERMEDIATE]
+    code, out, _ = run_main(["attempts", "list", "--json", "--db", str(db_path)], capsys)
+    assert [row["status"] for row in json.loads(out)] == ["done"]
+    code, _, err = run_main(["attempts", "list", "--status", "finished", "--db", str(db_path)], capsys)
+    assert code == 2 and "invalid --status 'finished'; allowed: queued, running, done" in err
+    assert ErrorSource.AGENT == "agent"  # the enums are plain strings wherever JSON is written
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_harness_loses_at_most_the_last_100_ms_of_events(tmp_path: Path) -> None:
+    """SIGKILL a real harness process making tool calls: the database is intact, every score it
+    reported is there, and so is every event recorded more than 100 ms before the kill."""
+    db = tmp_path / "kill.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.recording_driver", str(db), str(tmp_path / "sandbox")],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    assert proc.stdout is not None
+    lines = []
+    while len(lines) < 150:  # well past the two scores, and many flush intervals
+        line = proc.stdout.readline()
+        assert line, f"the driver stopped early (exit {proc.poll()})"
+        lines.append(line.split())
+    killed_at = time.time()
+    os.kill(proc.pid, signal.SIGKILL)
+    lines += [line.split() for line in proc.stdout.read().splitlines()]
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert integrity_ok(db)
+    events = [(int(n), float(t)) for word, n, t in (x for x in lines if x[0] == "event")]
+    scores = [int(x[1]) for x in lines if x[0] == "score"]
+    stored = [seq for (seq,) in committed(db, "select seq from events order by seq")]
+    assert stored == list(range(1, len(stored) + 1))  # a prefix: nothing in the middle lost
+    older = [n for n, t in events if t <= killed_at - 0.1]
+    assert older and max(older) <= len(stored), (max(older), len(stored), FLUSH_INTERVAL_S)
+    assert older and older[-1] >= 40  # the writer thread, not a score, committed these
+    assert scores == [10, 20] and committed(db, "select raw from score_events") == [(10.0,), (20.0,)]
+
+
+def test_close_commits_what_is_buffered_and_the_writer_thread_ends(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    recorder = AttemptRecorder(store, new_attempt(store), AttemptClock(), flush_interval_s=3600)
+    recorder.event("score_log", entries=0)
+    assert committed(store.path, "select count(*) from events") == [(0,)]  # buffered, not yet written
+    recorder.close()
+    assert committed(store.path, "select kind from events") == [("score_log",)]
+    assert not recorder._writer.is_alive()
+
+
+def test_an_exit_without_close_still_commits_buffered_events(tmp_path: Path) -> None:
+    """A harness that exits on an uncaught error never reaches the runner's close(): atexit commits."""
+    db = tmp_path / "exit.db"
+    code = (
+        "import sys\n"
+        "from rebench.clock import AttemptClock\n"
+        "from rebench.context import AttemptRecorder\n"
+        "from rebench.store.db import Store\n"
+        "from tests.test_records import new_attempt\n"
+        "store = Store(sys.argv[1])\n"
+        "recorder = AttemptRecorder(store, new_attempt(store), AttemptClock(), flush_interval_s=3600)\n"
+        "for i in range(5):\n"
+        "    recorder.event('sleep', seconds=float(i))\n"
+        "raise RuntimeError('the harness failed')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert result.returncode == 1 and "the harness failed" in result.stderr
+    assert committed(db, "select seq, data from events order by seq") == [
+        (i + 1, json.dumps({"v": 1, "seconds": float(i)})) for i in range(5)]
