@@ -15,7 +15,9 @@ itself, so nothing model.py does in this process (patching an enforcer, say) rea
 check or the scored forward passes. Nothing is pickled: the scorer decodes only JSON and
 tensor bytes.
 
-    python -c SOURCE SOLUTION_DIR DEVICE THREADS READ_FD WRITE_FD
+    python -c SOURCE READ_FD WRITE_FD SOLUTION_DIR DEVICE THREADS
+
+(started by the environment kit's ConfinedChild, rebench/kit/confined.py)
 
 In: {"enforcer_source": ..., "shape": [batch, seq_len]}. Out: {"graph": ..., "tensors": [...],
 "nbytes": n} + the tensors' bytes, or {"error": ...}.
@@ -124,7 +126,7 @@ def export_graph(model, shape, device):
 
 
 def main():
-    solution, device, threads, read_fd, write_fd = sys.argv[1:6]
+    read_fd, write_fd, solution, device, threads = sys.argv[1:6]
     inbox, outbox = os.fdopen(int(read_fd), "rb"), os.fdopen(int(write_fd), "wb")
     os.dup2(2, 1)  # the model's prints must not reach the protocol pipe
     import torch

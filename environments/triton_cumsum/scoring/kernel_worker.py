@@ -5,7 +5,9 @@ imports the solution and calls it. score.py starts this file's source with `pyth
 the helper's confinement and talks to it over two pipes (one JSON line per message) and two
 shared-memory buffers (memfds) that hold one call's input and output as int32.
 
-    python -c SOURCE SOLUTION_DIR DEVICE THREADS READ_FD WRITE_FD INPUT_FD OUTPUT_FD CAPACITY
+    python -c SOURCE READ_FD WRITE_FD SOLUTION_DIR DEVICE THREADS INPUT_FD OUTPUT_FD CAPACITY
+
+(started by the environment kit's ConfinedChild, rebench/kit/confined.py)
 
 The solution's code runs in this interpreter and can change anything in it, this loop
 included, so nothing here is trusted: score.py writes each input only after its clock has
@@ -91,7 +93,7 @@ def guard_sigchld():
 
 
 def main():
-    solution, device, threads, read_fd, write_fd, input_fd, output_fd, capacity = sys.argv[1:9]
+    read_fd, write_fd, solution, device, threads, input_fd, output_fd, capacity = sys.argv[1:9]
     inbox, outbox = os.fdopen(int(read_fd), "rb"), os.fdopen(int(write_fd), "wb")
     os.dup2(2, 1)  # the solution's prints must not reach the protocol pipe
     capacity = int(capacity)

@@ -1,0 +1,159 @@
+"""Running the agent's code in a confined child process and talking to it (stdlib only).
+
+A scorer holds held-out data and keeps the clock, so it never runs the agent's code in its
+own process. It starts a worker script as
+
+    python -c SOURCE READ_FD WRITE_FD ARGS...
+
+behind `ctx["confine_command"]` (the scoring helper's user switch and Landlock; see
+score_helper.py), sends it one JSON object per line on READ_FD and reads the replies from
+WRITE_FD: one JSON object per line, followed by `nbytes` raw bytes when it has that key.
+Everything the child prints (stdout and stderr, merged) is drained by a thread that keeps
+the first bytes (the confinement launcher's report) and the last OUTPUT_TAIL_BYTES.
+
+The child is not trusted: the agent's code shares its interpreter. Replies are parsed
+here as plain JSON and bytes, never unpickled, and a child that dies, stops answering or
+sends something malformed raises ChildFailed or ChildTimeout, never hangs the scorer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+OUTPUT_TAIL_BYTES = 3000
+"""How much of the end of the child's output is kept (and reported)."""
+EXCERPT_CHARS = 600
+"""How much of that tail an error message quotes when the child dies."""
+_HEAD_BYTES = 256
+_READ_CHUNK = 1 << 20
+_CONFINED_BANNER = b"rebench-confine: active"
+
+
+class ChildFailed(Exception):
+    """The child died or broke the protocol."""
+
+
+class ChildTimeout(Exception):
+    """The child did not answer in time."""
+
+
+class ConfinedChild:
+    """One worker script in a confined child, with its pipes and its output tail."""
+
+    def __init__(self, ctx: dict[str, Any], source: str, args: Sequence[str], *, cwd: str,
+                 pass_fds: Sequence[int] = (), name: str = "the solution's process") -> None:
+        self.name = name
+        to_child, self._to_child = os.pipe()
+        self._from_child, from_child = os.pipe()
+        command = [*ctx.get("confine_command", []), sys.executable, "-c", source,
+                   str(to_child), str(from_child), *args]
+        try:
+            self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, *pass_fds), cwd=cwd,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT)
+        except OSError:
+            for fd in (self._to_child, self._from_child):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child)
+            os.close(from_child)
+        self._head = b""
+        self._tail = b""
+        self._buffer = b""
+        self._closed = False
+        self._drain = threading.Thread(target=self._read_output, daemon=True)
+        self._drain.start()
+
+    def _read_output(self) -> None:
+        fd = self.proc.stdout.fileno() if self.proc.stdout is not None else -1
+        while chunk := os.read(fd, _READ_CHUNK):
+            if len(self._head) < _HEAD_BYTES:
+                self._head = (self._head + chunk)[:_HEAD_BYTES]
+            self._tail = (self._tail + chunk)[-OUTPUT_TAIL_BYTES:]
+
+    @property
+    def confined(self) -> bool:
+        """Whether the confinement launcher reported Landlock active (its first line, which
+        the agent's own output cannot precede)."""
+        return self._head.startswith(_CONFINED_BANNER)
+
+    def output_tail(self) -> str:
+        """The end of what the child printed (at most OUTPUT_TAIL_BYTES)."""
+        return self._tail.decode("utf-8", errors="replace")
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        try:
+            while data:
+                data = data[os.write(self._to_child, data):]
+        except (BrokenPipeError, OSError) as exc:
+            raise ChildFailed(self.died()) from exc
+
+    def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The next reply (with its raw bytes under "payload"); ChildTimeout when none comes
+        within `timeout_s` (None: wait for as long as the scoring call may run)."""
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        while b"\n" not in self._buffer:
+            self._fill(deadline, timeout_s)
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+            nbytes = int(reply.get("nbytes", 0))
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise ChildFailed(f"{self.name} sent a malformed reply: {line[:200]!r}") from exc
+        chunks, left = [], max(nbytes, 0)
+        while left:  # as it arrives: a claimed size is never allocated up front
+            if not self._buffer:
+                self._fill(deadline, timeout_s)
+            piece, self._buffer = self._buffer[:left], self._buffer[left:]
+            chunks.append(piece)
+            left -= len(piece)
+        reply["payload"] = b"".join(chunks)
+        return reply
+
+    def _fill(self, deadline: float | None, timeout_s: float | None) -> None:
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not select.select([self._from_child], [], [], left)[0]:
+                raise ChildTimeout(f"a call took longer than {timeout_s:g} s")
+        chunk = os.read(self._from_child, _READ_CHUNK)
+        if not chunk:
+            raise ChildFailed(self.died())
+        self._buffer += chunk
+
+    def died(self) -> str:
+        """Why the child stopped answering: its exit status and the end of its output (a child
+        that closed its pipe but lives on is killed)."""
+        try:
+            code: int | None = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._drain.join(timeout=2)
+        return f"{self.name} exited with {code}: {self.output_tail()[-EXCERPT_CHARS:]}"
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Close the child's input (its message loop ends), give it `grace_s` to exit, then kill it."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            os.close(self._to_child)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.close(self._from_child)
+        self._drain.join(timeout=2)
