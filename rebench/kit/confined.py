@@ -1,15 +1,19 @@
 """Running the agent's code in a confined child process and talking to it (stdlib only).
 
 A scorer holds held-out data and keeps the clock, so it never runs the agent's code in its
-own process. It starts a worker script as
+own process. It starts a worker script (ConfinedChild) as
 
-    python -c SOURCE READ_FD WRITE_FD ARGS...
+    python -P -c SOURCE READ_FD WRITE_FD ARGS...
 
 behind `ctx["confine_command"]` (the scoring helper's user switch and Landlock; see
 score_helper.py), sends it one JSON object per line on READ_FD and reads the replies from
 WRITE_FD: one JSON object per line, followed by `nbytes` raw bytes when it has that key.
 Everything the child prints (stdout and stderr, merged) is drained by a thread that keeps
 the first bytes (the confinement launcher's report) and the last OUTPUT_TAIL_BYTES.
+`-P` keeps the working folder (the agent's solution) off the child's import path, so that
+nothing the agent placed there runs before the worker has set up what it must first; the
+worker imports the agent's files explicitly (`import_file`). The worker's end of the pipes
+is `Channel`.
 
 The child is not trusted: the agent's code shares its interpreter. Replies are parsed
 here as plain JSON and bytes, never unpickled, and a child that dies, stops answering or
@@ -19,6 +23,7 @@ sends something malformed raises ChildFailed or ChildTimeout, never hangs the sc
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import select
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +60,7 @@ class ConfinedChild:
         self.name = name
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
-        command = [*ctx.get("confine_command", []), sys.executable, "-c", source,
+        command = [*ctx.get("confine_command", []), sys.executable, "-P", "-c", source,
                    str(to_child), str(from_child), *args]
         try:
             self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, *pass_fds), cwd=cwd,
@@ -157,3 +163,35 @@ class ConfinedChild:
         with contextlib.suppress(OSError):
             os.close(self._from_child)
         self._drain.join(timeout=2)
+
+
+class Channel:
+    """The worker's end of ConfinedChild's pipes, from its arguments (READ_FD WRITE_FD ARGS...).
+    Its stdout is pointed at its stderr, where the agent's prints belong."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.inbox, self.outbox = os.fdopen(int(argv[1]), "rb"), os.fdopen(int(argv[2]), "wb")
+        self.args = list(argv[3:])
+        os.dup2(2, 1)
+
+    def receive(self) -> dict[str, Any] | None:
+        """The scorer's next message, or None when it asks the worker to end (EOF or an empty line)."""
+        line = self.inbox.readline()
+        return json.loads(line) if line.strip() else None
+
+    def send(self, message: dict[str, Any], payload: bytes = b"") -> None:
+        """A reply; `payload` follows it, announced by the caller as message["nbytes"]."""
+        self.outbox.write(json.dumps(message).encode() + b"\n" + payload)
+        self.outbox.flush()
+
+
+def import_file(folder: str, filename: str, name: str) -> types.ModuleType:
+    """Import FOLDER/FILENAME as module `name`, with FOLDER first on sys.path so that the agent's
+    file can import its neighbours."""
+    sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, filename))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {folder}/{filename}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

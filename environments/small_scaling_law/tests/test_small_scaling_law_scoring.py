@@ -150,10 +150,11 @@ def test_tiny_start_and_over_budget(installed) -> None:
     assert -0.1 <= law.normalized(start["raw"]) <= 0.1
 
     # The agent may run the visible scorer by hand: it imports the environment kit from the
-    # sandbox's harness folder and shows the same fields.
+    # sandbox's harness folder and shows the same fields (and no score: it cannot read the sweep).
     by_hand = law.run(f"python {law.home / 'score.py'}", timeout=120)
     assert by_hand.exit_code == 0, by_hand.stderr
-    assert json.loads(by_hand.stdout) == start["message"]
+    shown = json.loads(by_hand.stdout)
+    assert {key: shown[key] for key in start["message"]} == start["message"] and "hidden" in shown["note"], shown
 
     (law.solution / "answer.json").write_text(json.dumps({"n_embd": 400, "max_iters": 1000,
                                                           "loss_prediction": 3.0}))
