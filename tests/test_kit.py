@@ -164,9 +164,15 @@ def child(tmp_path: Path) -> Any:
 
 def test_a_reply_and_its_bytes_come_back(child: ConfinedChild) -> None:
     child.send({"bytes": "x" * 100_000})
-    reply = child.receive(10)
+    reply = child.receive(10, max_payload_bytes=100_000)
     assert reply["echo"] == {"bytes": "x" * 100_000} and reply["payload"] == b"x" * 100_000
     assert child.confined is False  # no launcher reported Landlock active
+
+
+def test_a_payload_larger_than_allowed_is_refused_unread(child: ConfinedChild) -> None:
+    child.send({"bytes": "x" * 100})
+    with pytest.raises(ChildFailed, match="announced 100 bytes; at most 10 are allowed"):
+        child.receive(10, max_payload_bytes=10)
 
 
 def test_the_output_is_kept_to_one_tail(child: ConfinedChild) -> None:
@@ -209,7 +215,7 @@ def test_nothing_in_the_agents_folder_runs_before_the_worker_imports_it(tmp_path
     child = ConfinedChild({}, ECHO_WORKER, [], cwd=str(tmp_path))
     try:
         child.send({"bytes": "ok"})
-        assert child.receive(10)["payload"] == b"ok"
+        assert child.receive(10, max_payload_bytes=2)["payload"] == b"ok"
     finally:
         child.close()
     assert not (tmp_path / "ran").exists()

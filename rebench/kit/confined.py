@@ -105,9 +105,10 @@ class ConfinedChild:
         except (BrokenPipeError, OSError) as exc:
             raise ChildFailed(self.died()) from exc
 
-    def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
+    def receive(self, timeout_s: float | None = None, *, max_payload_bytes: int | None = 0) -> dict[str, Any]:
         """The next reply (with its raw bytes under "payload"); ChildTimeout when none comes
-        within `timeout_s` (None: wait for as long as the scoring call may run)."""
+        within `timeout_s` (None: wait for as long as the scoring call may run). A reply that
+        announces more than `max_payload_bytes` (None: no limit) is refused unread."""
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         while b"\n" not in self._buffer:
             self._fill(deadline, timeout_s)
@@ -117,6 +118,8 @@ class ConfinedChild:
             nbytes = int(reply.get("nbytes", 0))
         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             raise ChildFailed(f"{self.name} sent a malformed reply: {line[:200]!r}") from exc
+        if max_payload_bytes is not None and nbytes > max_payload_bytes:
+            raise ChildFailed(f"{self.name} announced {nbytes} bytes; at most {max_payload_bytes} are allowed")
         chunks, left = [], max(nbytes, 0)
         while left:  # as it arrives: a claimed size is never allocated up front
             if not self._buffer:

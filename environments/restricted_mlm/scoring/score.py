@@ -43,7 +43,7 @@ def export_in_child(ctx: dict[str, Any], solution: Path, device: str, shape: tup
     try:
         child.send({"enforcer_source": Path(enforcer.__file__).read_text(encoding="utf-8"),
                     "shape": list(shape)})
-        reply = child.receive()
+        reply = child.receive(max_payload_bytes=None)  # the model's weights
     finally:
         child.close(grace_s=30.0)
     if "error" in reply:
