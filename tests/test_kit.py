@@ -3,6 +3,7 @@ import that copy, that its version rebuilds environments, and the confined-child
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import shutil
@@ -56,6 +57,18 @@ def test_the_scoring_time_kit_needs_only_the_standard_library(tmp_path: Path) ->
     """)
     out = subprocess.run([sys.executable, "-S", "-E", "-s", "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == [f"{tmp_path}/rebench/kit/confined.py []", "no numpy"], out
+
+
+def test_the_kit_imports_nothing_else_of_rebench() -> None:
+    """In a sandbox the kit is all of rebench there is (beside a stub package)."""
+    outside = []
+    for path in (REPO / "rebench" / "kit").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            outside += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "rebench" and
+                        not n.startswith("rebench.kit")]
+    assert outside == []
 
 
 def test_the_harness_folder_holds_the_helper_the_kit_and_a_stub_package(tmp_path: Path) -> None:
