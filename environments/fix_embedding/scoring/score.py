@@ -26,6 +26,7 @@ import torch
 
 from rebench.kit.context import direct_context
 from rebench.kit.gpt import GPT, GPTConfig
+from rebench.kit.torch_scoring import prepare
 
 SUBMISSION = "fixed_model.pth"
 
@@ -84,11 +85,7 @@ def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(int(ctx.get("threads", 1)))
-    home, solution, protected = Path(ctx["home"]), Path(ctx["solution"]), Path(ctx["protected"])
-    device = str(ctx.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        device = "cpu"
+    home, solution, protected, device = prepare(ctx)
     config = dict(ctx["large_config"])
     block = int(config["block_size"])
     submission = solution / SUBMISSION

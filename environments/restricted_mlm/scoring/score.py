@@ -31,6 +31,7 @@ import torch
 from rebench.kit import torch_rule_enforcer as enforcer
 from rebench.kit.confined import ChildFailed, ConfinedChild
 from rebench.kit.context import direct_context
+from rebench.kit.torch_scoring import prepare
 
 
 def export_in_child(ctx: dict[str, Any], solution: Path, device: str, shape: tuple[int, int]) -> tuple[dict, bool]:
@@ -229,11 +230,7 @@ def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float,
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(int(ctx.get("threads", 1)))
-    home, solution, protected = Path(ctx["home"]), Path(ctx["solution"]), Path(ctx["protected"])
-    device = str(ctx.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        device = "cpu"
+    home, solution, protected, device = prepare(ctx)
     data_path = protected / "heldout.bin"
     message: dict[str, Any] = {}
     if not os.access(data_path, os.R_OK):
