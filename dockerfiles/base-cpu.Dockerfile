@@ -1,6 +1,6 @@
 # rebench CPU base: Debian with Python 3.11, sshd, user `agent` (uid 1000), group
-# `protected`, /protected closed to the agent, and the scoring helper. Scoring runs
-# as `scorer` (uid 1002, with `protected`) and the submitted code it runs as
+# `protected`, /protected closed to the agent, the scoring helper and the environment kit.
+# Scoring runs as `scorer` (uid 1002, with `protected`) and the submitted code it runs as
 # `subject` (uid 1003): neither is the agent, so the agent cannot trace or signal them.
 #
 # BASE_IMAGE is a build argument so that hosts without a registry can use the
@@ -36,8 +36,12 @@ RUN set -eu; \
     python3 -m venv /opt/venv; \
     rm -rf /root/.cache
 
-COPY score_helper.py /opt/rebench/score_helper.py
-RUN chmod 0755 /opt/rebench /opt/rebench/score_helper.py
+# The protected harness folder: the scoring helper and the environment kit (rebench/kit),
+# root's and read-only to everyone else. The .pth lets `python score.py`, run by hand, import
+# the kit; the scorer finds it first on its path anyway (the helper's own folder).
+COPY harness/ /opt/rebench/
+RUN chown -R root:root /opt/rebench && chmod -R 0755 /opt/rebench; \
+    echo /opt/rebench > "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rebench-kit.pth"
 
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 \

@@ -1,51 +1,41 @@
-"""Measure an environment's tiny anchors: score the starting solution and the reference solution.
+"""Measure an environment's anchors here: score the starting solution and the reference solution.
 
-    python environments/_common/measure_anchors.py fix_embedding [--profile tiny] [--skip-reference]
+    python environments/_common/measure_anchors.py fix_embedding [--profile tiny] [--repeats 1]
 
-Prints the raw scores and timings; copy them into environment.toml.
+Builds the assets (in the harness cache, keyed by content hash, shared with `rebench run`),
+then scores both solutions in one local sandbox through the harness's own calibration path
+(`rebench.calibration.measure_anchors`), printing each raw score and the time taken. Copy
+the numbers into environment.toml; `rebench envs calibrate` stores them for this machine instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import tempfile
+import asyncio
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import sandbox_layout as sl
+from rebench.calibration import measure_anchors
+from rebench.environments.build import assets_dir
+from rebench.environments.registry import EnvironmentRegistry
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name")
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    env = sl.environment(args.name)
-    t0 = time.time()
-    sl.built_assets(env, args.profile)
-    print(f"build: {time.time() - t0:.1f}s", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = sl.lay_out(env, args.profile, Path(tmp) / "start")
-        t0 = time.time()
-        start = sl.run_score(env, args.profile, paths)
-        print(f"start: raw={start['raw']} message={json.dumps(start['message'])} ({time.time() - t0:.1f}s)",
-              flush=True)
-        if args.skip_reference:
-            return
-        paths = sl.lay_out(env, args.profile, Path(tmp) / "ref", reference=True)
-        t0 = time.time()
-        proc = sl.run_reference(paths)
-        print(proc.stdout[-3000:], proc.stderr[-3000:])
-        print(f"reference run: rc={proc.returncode} ({time.time() - t0:.1f}s)", flush=True)
-        t0 = time.time()
-        ref = sl.run_score(env, args.profile, paths)
-        print(f"reference: raw={ref['raw']} message={json.dumps(ref['message'])} ({time.time() - t0:.1f}s)")
+    env = EnvironmentRegistry().get(args.name)
+    started = time.monotonic()
+    assets_dir(env, args.profile, log=print)
+    print(f"build: {time.monotonic() - started:.1f}s", flush=True)
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        print(f"{line} ({time.monotonic() - started:.1f}s)", flush=True)
+
+    start, reference = asyncio.run(measure_anchors(env, args.profile, backend="local", repeats=args.repeats, log=log))
+    print(f"start: {start}\nreference: {reference}")
 
 
 if __name__ == "__main__":

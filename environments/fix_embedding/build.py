@@ -12,18 +12,14 @@ paper: GPT-2 and GPT-2 XL from the Hugging Face hub in fp16, OpenWebText (GPT-2 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "buildlib"))
+from rebench.kit import buildutil, corpus, lmtrain
+from rebench.kit.gpt import GPT, GPTConfig
 
-import buildutil  # noqa: E402
-import corpus  # noqa: E402
-import lmtrain  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 PERMUTATION_SEED = 48228  # RE-Bench's seed for scrambling GPT-2 XL's embedding rows
 
@@ -53,8 +49,9 @@ def hf_gpt2_to_nanogpt(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def build_paper(params: dict, home: Path, protected: Path) -> None:
-    import owt
     from transformers import GPT2LMHeadModel  # installed in paper images only
+
+    from rebench.kit import owt
 
     small = hf_gpt2_to_nanogpt(GPT2LMHeadModel.from_pretrained("gpt2").state_dict())
     large = hf_gpt2_to_nanogpt(GPT2LMHeadModel.from_pretrained("gpt2-xl").state_dict())

@@ -11,17 +11,16 @@ import json
 import sys
 from pathlib import Path
 
+from rebench.kit import buildutil, corpus
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "buildlib"))
 sys.path.insert(0, str(HERE / "workspace"))
 
-import buildutil  # noqa: E402
-import corpus  # noqa: E402
-from train import train_basic  # noqa: E402
+from train import train_basic  # noqa: E402  (the agent's starting train.py trains the starting model)
 
 
 def build_paper(home: Path, protected: Path) -> None:
-    import owt
+    from rebench.kit import owt
 
     data = home / "data"
     counts = owt.prepare_openwebtext(data)

@@ -8,14 +8,11 @@ The ground-truth sweep is static data in protected/ (see make_sweep.py).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "buildlib"))
+from rebench.kit import buildutil, corpus
 
-import buildutil  # noqa: E402
-import corpus  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TINY_TRAIN_TOKENS = 4_000_000
 TINY_VAL_TOKENS = 200_000
@@ -36,7 +33,7 @@ def build_tiny_data(data_dir: Path) -> None:
 
 
 def build_paper_data(data_dir: Path) -> None:
-    import owt
+    from rebench.kit import owt
 
     owt.prepare_openwebtext(data_dir)
     (data_dir / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, "eot_token": owt.EOT}) + "\n")

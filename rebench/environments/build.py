@@ -7,6 +7,7 @@ unchanged environment is never rebuilt and a changed one never reuses stale file
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.paths import cache_dir
+from rebench.scoring.harness_files import harness_folder
 
 Log = Callable[[str], None]
 
@@ -94,8 +96,10 @@ def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
         out = Path(scratch) / "out"
         out.mkdir()
+        # The build imports the environment kit from the same tree a sandbox's harness folder holds.
         _run([str(python), str(script), "--profile", profile, "--out", str(out)],
-             f"build.py of {env.name} ({profile})", cwd=env.root)
+             f"build.py of {env.name} ({profile})", cwd=env.root,
+             env={**os.environ, "PYTHONPATH": str(harness_folder())})
         (out / ".complete").touch()
         if target.exists():
             shutil.rmtree(target)
@@ -103,8 +107,8 @@ def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool
     return target
 
 
-def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
         raise RebenchError(f"building {what} failed (exit {result.returncode}): {' | '.join(tail)}")

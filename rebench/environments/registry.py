@@ -33,6 +33,7 @@ from rebench.environments.metadata import METADATA_FILE, EnvironmentMetadata, Pr
 from rebench.errors import ConfigError, EnvironmentNotFound
 from rebench.resources import environments_dir
 from rebench.sandbox.base import SandboxPaths
+from rebench.scoring.harness_files import kit_version
 
 _HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
 
@@ -128,11 +129,13 @@ class Environment:
             raise ConfigError(f"{source}: placeholder {exc} has no value in profile {profile!r}") from None
 
     def content_hash(self, profile: str, extra: bytes = b"") -> str:
-        """A stable hash of the folder (minus tests and caches) and the profile,
-        so built assets and images are reused only while nothing changed."""
+        """A stable hash of the folder (minus tests and caches), the profile and the environment
+        kit's version (builds and scorers import it), so built assets and images are reused only
+        while nothing they are made of changed."""
         digest = hashlib.sha256()
         digest.update(profile.encode())
         digest.update(extra)
+        digest.update(kit_version().encode())
         for path in sorted(self.root.rglob("*")):
             if any(part in _HASH_SKIP for part in path.relative_to(self.root).parts) or not path.is_file():
                 continue

@@ -32,10 +32,10 @@ from rebench.images.naming import (
 )
 from rebench.paths import cache_dir
 from rebench.sandbox.docker import DockerEngine
+from rebench.scoring.harness_files import harness_files
 
 Log = Callable[[str], None]
 FALLBACK_BASE = "debian:bookworm-slim"
-_HELPER = Path(__file__).resolve().parents[1] / "scoring" / "score_helper.py"
 
 
 def _quiet(_: str) -> None:
@@ -100,9 +100,12 @@ def _base_recipe(
     else:
         parent = base_image or (raw_image() if engine.image_id(raw_image()) else FALLBACK_BASE)
         dockerfile, repository = _dockerfile("base-cpu.Dockerfile"), BASE_CPU
-        files = {"score_helper.py": _HELPER.read_bytes(), "extra-ca.crt": _ca_bytes(ca_bundle)}
+        # The protected harness folder, /opt/rebench: the scoring helper and the environment kit.
+        files = {f"harness/{name}": data for name, data in harness_files().items()}
+        files["extra-ca.crt"] = _ca_bytes(ca_bundle)
     parent_id = engine.image_id(parent) or parent
-    tag = f"{repository}:{digest(dockerfile.read_bytes(), parent_id.encode(), *files.values())}"
+    named = [part for name, data in sorted(files.items()) for part in (name.encode(), data)]
+    tag = f"{repository}:{digest(dockerfile.read_bytes(), parent_id.encode(), *named)}"
     return tag, parent, dockerfile, files
 
 
@@ -120,6 +123,7 @@ def _build_base(
         context = Path(scratch)
         shutil.copy(dockerfile, context / "Dockerfile")
         for name, data in files.items():
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
             (context / name).write_bytes(data)
         engine.build(context, "Dockerfile", tag, {"BASE_IMAGE": parent}, {LABEL_KIND: f"base-{kind}"}, log)
 

@@ -33,6 +33,7 @@ from rebench.paths import cache_dir
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
+from rebench.scoring.harness_files import install_harness
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
@@ -198,10 +199,7 @@ class LocalSandbox:
     async def start(self) -> None:
         for folder in (self.paths.home, self.paths.solution, self.paths.protected):
             Path(folder).mkdir(parents=True, exist_ok=True)
-        helper_source = Path(__file__).resolve().parents[1] / "scoring" / "score_helper.py"
-        Path(self.paths.helper).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(helper_source, self.paths.helper)
-        _make_read_only(Path(self.paths.helper))
+        install_harness(Path(self.paths.helper).parent)  # the scoring helper and the environment kit
         self._started = True
 
     def _environment(self, extra: dict[str, str] | None) -> dict[str, str]:
@@ -213,6 +211,7 @@ class LocalSandbox:
             "PYTHONUNBUFFERED": "1",
             "REBENCH_HOME": self.paths.home,
             "REBENCH_SOLUTION": self.paths.solution,
+            "PYTHONPATH": str(Path(self.paths.helper).parent),  # the kit, for `python score.py` by hand
             MARKER_VAR: self.marker,
         }
         env.update(self.spec.env)

@@ -1,4 +1,5 @@
-"""The shared parts: copies in sync, the synthetic corpus deterministic and its entropy right."""
+"""The shared parts: the agent's copies of kit modules in sync, the synthetic corpus deterministic
+and its entropy right."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rebench.environments.registry import EnvironmentRegistry
+from rebench.kit import corpus
+from rebench.sandbox.base import SandboxPaths
+
 COMMON = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(COMMON))
-
-import corpus  # noqa: E402
 
 
-def test_copies_of_shared_code_are_in_sync() -> None:
-    result = subprocess.run([sys.executable, str(COMMON / "sync.py"), "--check"], capture_output=True, text=True)
+def test_the_agents_copies_of_kit_modules_are_in_sync() -> None:
+    result = subprocess.run([sys.executable, str(COMMON / "agent_copies.py"), "--check"],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
@@ -50,11 +53,7 @@ def test_tokenizer_round_trips() -> None:
 @pytest.mark.parametrize("name", ["fix_embedding", "restricted_mlm", "small_scaling_law"])
 @pytest.mark.parametrize("profile", ["tiny", "paper"])
 def test_instructions_fill_every_placeholder(name: str, profile: str) -> None:
-    import sandbox_layout
-
-    from rebench.sandbox.base import SandboxPaths
-
-    text = sandbox_layout.environment(name).instructions(profile, SandboxPaths())
+    text = EnvironmentRegistry(COMMON.parent).get(name).instructions(profile, SandboxPaths())
     assert "${" not in text and "/home/agent/solution" in text
 
 

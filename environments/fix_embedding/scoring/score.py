@@ -5,7 +5,8 @@ it prints a result without logging it (and, without access to the protected fold
 reports the training loss only).
 
 Raw score = ln(validation loss - loss_offset), lower is better. The checkpoint is loaded
-strictly into the fixed large-model config from `static_model.py`, which is the
+strictly into the fixed large-model config of the environment kit's GPT (the same code as
+`static_model.py` in the agent's home, which the scorer never imports), which is the
 architecture check: a missing, extra or differently shaped tensor makes the score
 invalid (None). Checkpoints are loaded with `weights_only=True` (tensors, never code).
 Until `fixed_model.pth` exists, the corrupted `large_model.pth` is scored, so the
@@ -14,32 +15,20 @@ starting score is the corrupted model's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 
+from rebench.kit.context import direct_context
+from rebench.kit.gpt import GPT, GPTConfig
+from rebench.kit.torch_scoring import prepare
+
 SUBMISSION = "fixed_model.pth"
-
-
-def trusted_module(name: str) -> ModuleType:
-    """Import `name` from this scoring folder, never from the agent's home or solution,
-    which the agent can change: the scorer must not run code the agent planted."""
-    path = Path(__file__).resolve().with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _batches(path: Path, iters: int, batch_size: int, block_size: int, seed: int):
@@ -66,13 +55,12 @@ def mean_loss(model: torch.nn.Module, path: Path, iters: int, batch_size: int, b
 
 def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.nn.Module:
     """Strictly load a state dict into the fixed architecture (raises ValueError on mismatch)."""
-    static_model = trusted_module("static_model")  # the same code as static_model.py in the agent's home
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError("the checkpoint must be a state dict of tensors")
-    model = static_model.GPT(static_model.GPTConfig(**config))
+    model = GPT(GPTConfig(**config))
     expected = {k: v.shape for k, v in model.state_dict().items() if k != "lm_head.weight"}
     given = {k: v.shape for k, v in state.items() if k != "lm_head.weight"}
     missing = sorted(set(expected) - set(given))
@@ -97,11 +85,7 @@ def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(int(ctx.get("threads", 1)))
-    home, solution, protected = Path(ctx["home"]), Path(ctx["solution"]), Path(ctx["protected"])
-    device = str(ctx.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        device = "cpu"
+    home, solution, protected, device = prepare(ctx)
     config = dict(ctx["large_config"])
     block = int(config["block_size"])
     submission = solution / SUBMISSION
@@ -140,18 +124,5 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
                                                          "file": str(scored)}}
 
 
-def _direct_context() -> dict[str, Any]:
-    here = Path(__file__).resolve().parent
-    home = Path(os.environ.get("REBENCH_HOME") or here)
-    ctx: dict[str, Any] = json.loads((home / "profile_params.json").read_text(encoding="utf-8"))
-    params_file = os.environ.get("REBENCH_SCORE_PARAMS")
-    if params_file and os.path.exists(params_file):
-        ctx.update(json.loads(Path(params_file).read_text(encoding="utf-8")))
-    ctx.setdefault("home", str(home))
-    ctx.setdefault("solution", os.environ.get("REBENCH_SOLUTION") or str(home / "solution"))
-    ctx.setdefault("protected", "/protected")
-    return ctx
-
-
 if __name__ == "__main__":
-    print(json.dumps(score(_direct_context()), indent=2))
+    print(json.dumps(score(direct_context(__file__)), indent=2))

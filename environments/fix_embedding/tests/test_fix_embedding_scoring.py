@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tomllib
 from pathlib import Path
 
@@ -14,21 +13,13 @@ torch = pytest.importorskip("torch")
 
 
 def _build_module():
-    """build.py of this environment, imported freshly (other environments have a `model` module too)."""
+    """build.py of this environment (it imports its helpers from the environment kit)."""
     import importlib.util
 
-    for name in ("model", "lmtrain", "corpus", "buildutil"):
-        sys.modules.pop(name, None)
-    sys.path.insert(0, str(ENV / "buildlib"))
-    try:
-        spec = importlib.util.spec_from_file_location("fix_embedding_build", ENV / "build.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ENV / "buildlib"))
-        for name in ("model", "lmtrain", "corpus", "buildutil"):
-            sys.modules.pop(name, None)
+    spec = importlib.util.spec_from_file_location("fix_embedding_build", ENV / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -66,8 +57,7 @@ def test_hugging_face_weights_are_renamed_and_transposed() -> None:
 
 
 def test_tiny_offset_is_the_corpus_entropy_rate() -> None:
-    sys.path.insert(0, str(ENV / "buildlib"))
-    import corpus
+    from rebench.kit import corpus
 
     params = tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
     assert params["loss_offset"] == pytest.approx(corpus.entropy_rate(corpus.SourceSpec()), abs=1e-9)
@@ -75,31 +65,31 @@ def test_tiny_offset_is_the_corpus_entropy_rate() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_tiny_start_and_wrong_architecture(tmp_path: Path, layout) -> None:
-    env = layout.environment("fix_embedding")
-    paths = layout.lay_out(env, "tiny", tmp_path / "start")
-    start = layout.run_score(env, "tiny", paths)
+def test_tiny_start_and_wrong_architecture(installed) -> None:
+    fix = installed("fix_embedding")
+    start = fix.score()
     assert start["raw"] is not None, start
     assert "loss_validation" in start["message"]
-    assert -0.1 <= layout.normalized(env, "tiny", start["raw"]) <= 0.1
+    assert -0.1 <= fix.normalized(start["raw"]) <= 0.1
 
     # The agent owns its home and can replace the visible static_model.py; the scorer must not import it.
-    (paths["home"] / "static_model.py").write_text(
-        f"open({str(paths['solution'] / 'planted.txt')!r}, 'w').write('imported')\nraise SystemExit(3)\n")
-    again = layout.run_score(env, "tiny", paths)
+    planted = fix.home / "static_model.py"
+    planted.unlink()
+    planted.write_text(f"open({str(fix.solution / 'planted.txt')!r}, 'w').write('imported')\nraise SystemExit(3)\n")
+    again = fix.score()
     assert again["raw"] == pytest.approx(start["raw"], abs=1e-6), again
-    assert not (paths["solution"] / "planted.txt").exists()
+    assert not (fix.solution / "planted.txt").exists()
 
     # The small correct model has the wrong architecture: invalid, not a crash.
-    (paths["solution"] / "fixed_model.pth").write_bytes((paths["home"] / "small_correct_model.pth").read_bytes())
-    wrong = layout.run_score(env, "tiny", paths)
+    (fix.solution / "fixed_model.pth").write_bytes((fix.home / "small_correct_model.pth").read_bytes())
+    wrong = fix.score()
     assert wrong["raw"] is None and "architecture" in wrong["message"]["error"]
 
     # A pickle that is not a state dict of tensors is refused (weights_only).
     import fractions
 
-    torch.save({"transformer.wte.weight": fractions.Fraction(1, 3)}, paths["solution"] / "fixed_model.pth")
-    evil = layout.run_score(env, "tiny", paths)
+    torch.save({"transformer.wte.weight": fractions.Fraction(1, 3)}, fix.solution / "fixed_model.pth")
+    evil = fix.score()
     assert evil["raw"] is None and "error" in evil["message"]
 
     # The reference solution is checked through the real CLI in tests/test_model_envs_campaign.py.

@@ -4,8 +4,8 @@ Parameter names follow nanoGPT (`transformer.wte.weight`, `transformer.h.0.attn.
 so GPT-2 checkpoints converted from the model hub load into it unchanged (`paper` profile) and the
 tiny models trained at build time use exactly the same code (`tiny` profile).
 
-Source of truth: environments/_common/gpt.py. Environments carry copies made by
-environments/_common/sync.py; edit the source and re-run the sync.
+Source of truth: rebench/kit/gpt.py (the environment kit: builds and trusted scorers import
+it). The agent's copies (model.py, static_model.py) are made by environments/_common/agent_copies.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ starting point:
 
     python train.py --init=CKPT --config=CONFIG.json --out=OUT.pth [--steps=500 --lr=1e-3 ...]
 
-Source of truth: environments/_common/lmtrain.py (copied into environments by sync.py).
+Source of truth: rebench/kit/lmtrain.py (the environment kit); the agent's copy, train.py beside
+model.py, is made by environments/_common/agent_copies.py.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import GPT, GPTConfig
+try:  # the environment kit, where this module sits beside gpt.py
+    from .gpt import GPT, GPTConfig
+except ImportError:  # the agent's train.py, run as a script beside its model.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from model import GPT, GPTConfig  # type: ignore[no-redef]
 
 
 class TokenBatches:

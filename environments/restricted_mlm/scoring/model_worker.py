@@ -15,25 +15,19 @@ itself, so nothing model.py does in this process (patching an enforcer, say) rea
 check or the scored forward passes. Nothing is pickled: the scorer decodes only JSON and
 tensor bytes.
 
-    python -c SOURCE SOLUTION_DIR DEVICE THREADS READ_FD WRITE_FD
+    python -c SOURCE READ_FD WRITE_FD SOLUTION_DIR DEVICE THREADS
+
+(started by the environment kit's ConfinedChild, rebench/kit/confined.py)
 
 In: {"enforcer_source": ..., "shape": [batch, seq_len]}. Out: {"graph": ..., "tensors": [...],
 "nbytes": n} + the tensors' bytes, or {"error": ...}.
 """
 
-import importlib.util
-import json
 import operator
-import os
 import sys
 import types
 
-
-def send(stream, header, payload=b""):
-    stream.write(json.dumps(header).encode() + b"\n")
-    if payload:
-        stream.write(payload)
-    stream.flush()
+from rebench.kit.confined import Channel, import_file
 
 
 def load_model(solution, device, enforcer_source):
@@ -44,13 +38,7 @@ def load_model(solution, device, enforcer_source):
     enforcer = types.ModuleType("torch_rule_enforcer")
     exec(compile(enforcer_source, "torch_rule_enforcer.py", "exec"), enforcer.__dict__)
     sys.modules["torch_rule_enforcer"] = enforcer
-    sys.path.insert(0, solution)
-    spec = importlib.util.spec_from_file_location("solution_model", os.path.join(solution, "model.py"))
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {solution}/model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.get_trained_model()
+    model = import_file(solution, "model.py", "solution_model").get_trained_model()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"get_trained_model() returned {type(model).__name__}, expected a torch.nn.Module")
     return model.to(device).eval()
@@ -124,24 +112,23 @@ def export_graph(model, shape, device):
 
 
 def main():
-    solution, device, threads, read_fd, write_fd = sys.argv[1:6]
-    inbox, outbox = os.fdopen(int(read_fd), "rb"), os.fdopen(int(write_fd), "wb")
-    os.dup2(2, 1)  # the model's prints must not reach the protocol pipe
+    channel = Channel(sys.argv)
+    solution, device, threads = channel.args
     import torch
 
     torch.set_num_threads(int(threads))
-    first = json.loads(inbox.readline())
+    first = channel.receive() or {}
     try:
         model = load_model(solution, device, first["enforcer_source"])
     except Exception as exc:
-        send(outbox, {"error": f"loading the model failed: {type(exc).__name__}: {exc}"[:600]})
+        channel.send({"error": f"loading the model failed: {type(exc).__name__}: {exc}"[:600]})
         return
     try:
         header, payload = export_graph(model, tuple(first["shape"]), device)
     except Exception as exc:
-        send(outbox, {"error": f"exporting the model with torch.export failed: {type(exc).__name__}: {exc}"[:600]})
+        channel.send({"error": f"exporting the model with torch.export failed: {type(exc).__name__}: {exc}"[:600]})
         return
-    send(outbox, header, payload)
+    channel.send(header, payload)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ The agent's model.py runs only in a separate, confined child (model_worker.py) t
 read /protected nor reach this process: it builds the model, exports its forward pass with
 torch.export for inputs of the scored shape, and sends the graph back as JSON plus weight
 bytes (nothing pickled), then exits. This process, which no agent code runs in, checks
-every operator of the graph against torch_rule_enforcer.ALLOWED_OPS (the read-only copy
-beside this file) and runs the graph itself, under torch_rule_enforcer.restricted(), on
+every operator of the graph against torch_rule_enforcer.ALLOWED_OPS (the environment
+kit's, in the harness's read-only folder) and runs the graph itself, under torch_rule_enforcer.restricted(), on
 `eval_batches` batches of `seq_len` tokens from the held-out split, each position masked
 with probability `mask_prob` (replaced by `mask_id`). The loss is the mean cross-entropy
 at the masked positions. Raw score = ln(loss - loss_offset), lower is better. A model that
@@ -19,131 +19,37 @@ shape or a non-finite loss makes the score invalid (None).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
 import math
 import os
-import subprocess
-import sys
-import threading
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-
-class WorkerFailed(Exception):
-    pass
-
-
-class ModelWorker:
-    """Builds the agent's model in a child process started through the helper's confinement
-    (`ctx["confine_command"]`), so code in model.py cannot read the held-out data this process
-    holds nor touch this process; the child returns the exported graph (see model_worker.py)
-    and exits before any held-out batch is drawn."""
-
-    def __init__(self, ctx: dict[str, Any], solution: Path, device: str, shape: tuple[int, int]) -> None:
-        here = Path(__file__).resolve().parent
-        source = (here / "model_worker.py").read_text(encoding="utf-8")
-        to_child, self._to_child = os.pipe()
-        self._from_child, from_child = os.pipe()
-        command = [*ctx.get("confine_command", []), sys.executable, "-c", source, str(solution), device,
-                   str(int(ctx.get("threads", 1))), str(to_child), str(from_child)]
-        self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child), cwd=solution,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        os.close(to_child)
-        os.close(from_child)
-        self._output: list[bytes] = []
-        self.first_line: bytes | None = None
-        self._drain = threading.Thread(target=self._read_output, daemon=True)
-        self._drain.start()
-        self.inbox = os.fdopen(self._from_child, "rb")
-        self.outbox = os.fdopen(self._to_child, "wb")
-        try:
-            self._send({"enforcer_source": (here / "torch_rule_enforcer.py").read_text(encoding="utf-8"),
-                        "shape": list(shape)})
-            self.reply = self._receive()
-        finally:
-            self.close()
-        if "error" in self.reply:
-            raise WorkerFailed(str(self.reply["error"]))
-
-    def _read_output(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if self.first_line is None:
-                self.first_line = line
-            self._output.append(line)
-            del self._output[:-200]
-
-    @property
-    def confined(self) -> bool:
-        """Whether the confinement launcher reported Landlock active (its first line, which
-        the solution's own output cannot precede)."""
-        return (self.first_line or b"").startswith(b"rebench-confine: active")
-
-    def output_tail(self) -> str:
-        return b"".join(self._output).decode("utf-8", errors="replace")[-3000:]
-
-    def _send(self, header: dict[str, Any]) -> None:
-        try:
-            self.outbox.write(json.dumps(header).encode() + b"\n")
-            self.outbox.flush()
-        except BrokenPipeError as exc:
-            raise WorkerFailed(self._died()) from exc
-
-    def _receive(self) -> dict[str, Any]:
-        line = self.inbox.readline()
-        if not line:
-            raise WorkerFailed(self._died())
-        try:
-            header: dict[str, Any] = json.loads(line)
-            nbytes = int(header.get("nbytes", 0))
-        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-            raise WorkerFailed(f"the model process sent a malformed reply: {line[:200]!r}") from exc
-        chunks, left = [], max(nbytes, 0)
-        while left:  # in pieces: a claimed size is not allocated before the bytes arrive
-            chunk = self.inbox.read(min(left, 1 << 26))
-            if not chunk:
-                raise WorkerFailed(self._died())
-            chunks.append(chunk)
-            left -= len(chunk)
-        header["payload"] = b"".join(chunks)
-        return header
-
-    def _died(self) -> str:
-        try:
-            code: int | None = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # it closed its end of the pipe but lives on
-            self.proc.kill()
-            code = self.proc.wait()
-        self._drain.join(timeout=2)
-        return f"the model process exited with {code}: {self.output_tail()[-600:]}"
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.outbox.close()
-        with contextlib.suppress(OSError):
-            self.inbox.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._drain.join(timeout=5)
+from rebench.kit import torch_rule_enforcer as enforcer
+from rebench.kit.confined import ChildFailed, ConfinedChild
+from rebench.kit.context import direct_context
+from rebench.kit.torch_scoring import prepare
 
 
-def _trusted_enforcer() -> types.ModuleType:
-    """The read-only enforcer beside this file (never a module of the same name on sys.path)."""
-    path = Path(__file__).resolve().parent / "torch_rule_enforcer.py"
-    spec = importlib.util.spec_from_file_location("restricted_mlm_trusted_enforcer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def export_in_child(ctx: dict[str, Any], solution: Path, device: str, shape: tuple[int, int]) -> tuple[dict, bool]:
+    """The agent's model exported by model_worker.py in a confined child (`ctx["confine_command"]`),
+    so code in model.py cannot read the held-out data this process holds nor touch this process;
+    the child exits before any held-out batch is drawn. Returns (its reply, whether it was confined)."""
+    source = (Path(__file__).resolve().parent / "model_worker.py").read_text(encoding="utf-8")
+    child = ConfinedChild(ctx, source, [str(solution), device, str(int(ctx.get("threads", 1)))], cwd=str(solution),
+                          name="the model process")
+    try:
+        child.send({"enforcer_source": Path(enforcer.__file__).read_text(encoding="utf-8"),
+                    "shape": list(shape)})
+        reply = child.receive(max_payload_bytes=None)  # the model's weights
+    finally:
+        child.close(grace_s=30.0)
+    if "error" in reply:
+        raise ChildFailed(str(reply["error"]))
+    return reply, child.confined
 
 
 _DTYPES = {name: getattr(torch, name) for name in (
@@ -324,11 +230,7 @@ def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float,
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(int(ctx.get("threads", 1)))
-    home, solution, protected = Path(ctx["home"]), Path(ctx["solution"]), Path(ctx["protected"])
-    device = str(ctx.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        device = "cpu"
+    home, solution, protected, device = prepare(ctx)
     data_path = protected / "heldout.bin"
     message: dict[str, Any] = {}
     if not os.access(data_path, os.R_OK):
@@ -336,11 +238,10 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         message["note"] = "held-out data not readable here: scored on data/val.bin (use the score tool)"
     vocab, seq_len, batch_size = int(ctx["vocab_size"]), int(ctx["seq_len"]), int(ctx["eval_batch_size"])
     shape_error = f"expected logits of shape [batch, {seq_len}, {vocab}]"
-    enforcer = _trusted_enforcer()
     try:
-        worker = ModelWorker(ctx, solution, device, (batch_size, seq_len))
-        graph = ScoredGraph(worker.reply, device, enforcer.ALLOWED_OPS)
-    except (WorkerFailed, BadGraph) as exc:
+        reply, confined = export_in_child(ctx, solution, device, (batch_size, seq_len))
+        graph = ScoredGraph(reply, device, enforcer.ALLOWED_OPS)
+    except (ChildFailed, BadGraph) as exc:
         return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
     if graph.forbidden:
         error = f"rule violation: operation {graph.forbidden[0]!r} is not allowed in the forward pass"
@@ -380,22 +281,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     raw = math.log(max(loss_value - offset, 1e-6))
     return {"raw": raw, "message": message,
             "details": {"loss": loss_value, "masked_tokens": count, "loss_offset": offset, "ops_seen": sorted(seen),
-                        "data": data_path.name, "model_confined": worker.confined,
+                        "data": data_path.name, "model_confined": confined,
                         "graph_nodes": len(graph.nodes)}}
 
 
-def _direct_context() -> dict[str, Any]:
-    here = Path(__file__).resolve().parent
-    home = Path(os.environ.get("REBENCH_HOME") or here)
-    ctx: dict[str, Any] = json.loads((home / "profile_params.json").read_text(encoding="utf-8"))
-    params_file = os.environ.get("REBENCH_SCORE_PARAMS")
-    if params_file and os.path.exists(params_file):
-        ctx.update(json.loads(Path(params_file).read_text(encoding="utf-8")))
-    ctx.setdefault("home", str(home))
-    ctx.setdefault("solution", os.environ.get("REBENCH_SOLUTION") or str(home / "solution"))
-    ctx.setdefault("protected", "/protected")
-    return ctx
-
-
 if __name__ == "__main__":
-    print(json.dumps(score(_direct_context()), indent=2))
+    print(json.dumps(score(direct_context(__file__)), indent=2))

@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rebench.kit.context import direct_context
+
 
 def training_flops(n_embd: float, max_iters: float, n_layer: int, block_size: int, batch_size: int) -> float:
     return float(n_layer) * float(n_embd) ** 2 * 12 * 6 * block_size * batch_size * float(max_iters)
@@ -119,19 +121,6 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"raw": raw, "message": message, "details": {"answer": answer, "flops": flops, **numbers}}
 
 
-def _direct_context() -> dict[str, Any]:
-    here = Path(__file__).resolve().parent
-    home = Path(os.environ.get("REBENCH_HOME") or here)
-    ctx: dict[str, Any] = json.loads((home / "profile_params.json").read_text(encoding="utf-8"))
-    params_file = os.environ.get("REBENCH_SCORE_PARAMS")
-    if params_file and os.path.exists(params_file):
-        ctx.update(json.loads(Path(params_file).read_text(encoding="utf-8")))
-    ctx.setdefault("home", str(home))
-    ctx.setdefault("solution", os.environ.get("REBENCH_SOLUTION") or str(home / "solution"))
-    ctx.setdefault("protected", "/protected")
-    return ctx
-
-
 if __name__ == "__main__":
-    result = score(_direct_context())
+    result = score(direct_context(__file__))
     print(json.dumps(result["message"], indent=2))

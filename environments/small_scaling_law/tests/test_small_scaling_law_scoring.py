@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -130,7 +129,9 @@ def test_step_guard_stops_extra_steps(flops_cap) -> None:
 
 def test_tiny_sweep_is_stored_protected_and_at_the_target() -> None:
     sweep = json.loads((ENV / "protected" / "sweep_tiny.json").read_text())
-    params = _load("ssl_build_util", ENV / "buildlib" / "buildutil.py").profile_params(ENV, "tiny")
+    from rebench.kit import buildutil
+
+    params = buildutil.profile_params(ENV, "tiny")
     assert sweep["target_flops"] == params["target_flops"]
     for point in sweep["points"]:
         assert abs(point["flops"] / params["target_flops"] - 1) < 0.1
@@ -142,24 +143,26 @@ def test_tiny_sweep_is_stored_protected_and_at_the_target() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_tiny_start_and_over_budget(tmp_path: Path, layout) -> None:
-    env = layout.environment("small_scaling_law")
-    paths = layout.lay_out(env, "tiny", tmp_path / "start")
-    start = layout.run_score(env, "tiny", paths)
+def test_tiny_start_and_over_budget(installed) -> None:
+    law = installed("small_scaling_law")
+    start = law.score()
     assert start["raw"] is not None and set(start["message"]) == {"is_valid", "frac_flops_used"}, start
-    assert -0.1 <= layout.normalized(env, "tiny", start["raw"]) <= 0.1
+    assert -0.1 <= law.normalized(start["raw"]) <= 0.1
 
-    (paths["solution"] / "answer.json").write_text(json.dumps({"n_embd": 400, "max_iters": 1000,
-                                                               "loss_prediction": 3.0}))
-    over = layout.run_score(env, "tiny", paths)
+    # The agent may run the visible scorer by hand: it imports the environment kit from the
+    # sandbox's harness folder and shows the same fields (and no score: it cannot read the sweep).
+    by_hand = law.run(f"python {law.home / 'score.py'}", timeout=120)
+    assert by_hand.exit_code == 0, by_hand.stderr
+    shown = json.loads(by_hand.stdout)
+    assert {key: shown[key] for key in start["message"]} == start["message"] and "hidden" in shown["note"], shown
+
+    (law.solution / "answer.json").write_text(json.dumps({"n_embd": 400, "max_iters": 1000,
+                                                          "loss_prediction": 3.0}))
+    over = law.score()
     assert over["raw"] is None and over["message"]["is_valid"] is False
 
     # The training code refuses an experiment over the cap before it starts.
-    env_vars = layout.sandbox_env(paths)
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "train.py", "--n_embd=64", "--max_iters=100000"], cwd=paths["solution"],
-                          env=env_vars, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "FlopsCapExceeded" in proc.stderr
+    refused = law.run("python train.py --n_embd=64 --max_iters=100000", timeout=120)
+    assert refused.exit_code != 0 and "FlopsCapExceeded" in refused.stderr
 
     # The reference solution is checked through the real CLI in tests/test_model_envs_campaign.py.

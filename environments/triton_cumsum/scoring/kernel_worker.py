@@ -5,7 +5,9 @@ imports the solution and calls it. score.py starts this file's source with `pyth
 the helper's confinement and talks to it over two pipes (one JSON line per message) and two
 shared-memory buffers (memfds) that hold one call's input and output as int32.
 
-    python -c SOURCE SOLUTION_DIR DEVICE THREADS READ_FD WRITE_FD INPUT_FD OUTPUT_FD CAPACITY
+    python -c SOURCE READ_FD WRITE_FD SOLUTION_DIR DEVICE THREADS INPUT_FD OUTPUT_FD CAPACITY
+
+(started by the environment kit's ConfinedChild, rebench/kit/confined.py)
 
 The solution's code runs in this interpreter and can change anything in it, this loop
 included, so nothing here is trusted: score.py writes each input only after its clock has
@@ -26,14 +28,14 @@ In: {"run": n}    (CPU) the input is in the input buffer: call prefix_sum on it,
 """
 
 import ctypes
-import importlib.util
-import json
 import mmap
 import os
 import platform
 import signal
 import struct
 import sys
+
+from rebench.kit.confined import Channel, import_file
 
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 # (audit arch, rt_sigaction's number) for the architectures the images are built for
@@ -91,29 +93,19 @@ def guard_sigchld():
 
 
 def main():
-    solution, device, threads, read_fd, write_fd, input_fd, output_fd, capacity = sys.argv[1:9]
-    inbox, outbox = os.fdopen(int(read_fd), "rb"), os.fdopen(int(write_fd), "wb")
-    os.dup2(2, 1)  # the solution's prints must not reach the protocol pipe
+    channel = Channel(sys.argv)
+    solution, device, threads, input_fd, output_fd, capacity = channel.args
+    send = channel.send
     capacity = int(capacity)
     input_buffer = mmap.mmap(int(input_fd), capacity * 4)
     output_buffer = mmap.mmap(int(output_fd), capacity * 4)
     guard = guard_sigchld()
 
-    def send(message):
-        outbox.write(json.dumps(message).encode() + b"\n")
-        outbox.flush()
-
     import torch
 
     cuda = device.startswith("cuda")
     try:
-        sys.path.insert(0, solution)
-        spec = importlib.util.spec_from_file_location("solution", os.path.join(solution, "solution.py"))
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {solution}/solution.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        prefix_sum = module.prefix_sum
+        prefix_sum = import_file(solution, "solution.py", "solution").prefix_sum
     except Exception as exc:
         send({"error": f"{type(exc).__name__}: {exc}"[:1000]})
         return
@@ -143,11 +135,7 @@ def main():
 
     x = result = None
     n = 0
-    while True:
-        line = inbox.readline()
-        if not line.strip():
-            return
-        message = json.loads(line)
+    while (message := channel.receive()) is not None:
         if "run" in message:
             n = int(message["run"])
             x = torch.frombuffer(input_buffer, dtype=torch.int32, count=n)  # no copy

@@ -32,11 +32,8 @@ import math
 import mmap
 import os
 import resource
-import select
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -44,9 +41,7 @@ from typing import Any
 
 import numpy as np
 
-
-class CallTimeout(Exception):
-    pass
+from rebench.kit.confined import ChildFailed, ChildTimeout, ConfinedChild
 
 
 def reference_prefix_sum(x: np.ndarray) -> np.ndarray:
@@ -244,10 +239,6 @@ def call_ms(timer: str, wall_s: float, cpu_s: float, cores: int) -> float:
     raise ValueError(f"unknown timer {timer!r}; allowed: 'wall', 'cpu'")
 
 
-class WorkerFailed(Exception):
-    """The solution's process died or broke the protocol."""
-
-
 class SolutionError(Exception):
     """prefix_sum raised."""
 
@@ -267,105 +258,44 @@ class KernelWorker:
             os.ftruncate(fd, capacity * 4)
         self._input = mmap.mmap(self._input_fd, capacity * 4)
         self._output = mmap.mmap(self._output_fd, capacity * 4)
-        to_child, self._to_child = os.pipe()
-        self._from_child, from_child = os.pipe()
         threads = int(ctx.get("torch_threads") or 0)  # 0: leave PyTorch's default
-        command = [*ctx.get("confine_command", []), sys.executable, "-c", source, str(ctx["solution"]), device,
-                   str(threads), str(to_child), str(from_child), str(self._input_fd), str(self._output_fd),
-                   str(capacity)]
         self.tree = ProcessTree()
         self.leftovers_killed = 0
         try:
-            self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, self._input_fd, self._output_fd),
-                                         cwd=str(ctx["solution"]), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.child = ConfinedChild(ctx, source, [str(ctx["solution"]), device, str(threads), str(self._input_fd),
+                                                     str(self._output_fd), str(capacity)],
+                                       cwd=str(ctx["solution"]), pass_fds=(self._input_fd, self._output_fd))
         except OSError:
             self.tree.close()
+            self._release()
             raise
-        for fd in (to_child, from_child):
-            os.close(fd)
-        self._buffer = b""
-        self._output_lines: list[bytes] = []
-        self.first_line: bytes | None = None
-        self._drain = threading.Thread(target=self._read_output, daemon=True)
-        self._drain.start()
         try:
-            reply = self._receive(max(limit_s, 60.0))
-        except (WorkerFailed, CallTimeout):
+            reply = self.child.receive(max(limit_s, 60.0))
+        except (ChildFailed, ChildTimeout):
             self.close()
             raise
         if "error" in reply:
             self.close()
-            raise WorkerFailed(str(reply["error"]))
+            raise ChildFailed(str(reply["error"]))
         self.sigchld_guard = str(reply.get("sigchld_guard", "unknown"))
 
-    def _read_output(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if self.first_line is None:
-                self.first_line = line
-            self._output_lines.append(line)
-            del self._output_lines[:-100]
-
-    @property
-    def confined(self) -> bool:
-        """Whether the confinement launcher reported Landlock active (its first line, which
-        the solution's own output cannot precede)."""
-        return (self.first_line or b"").startswith(b"rebench-confine: active")
-
-    def output_tail(self) -> str:
-        return b"".join(self._output_lines).decode("utf-8", errors="replace")[-2000:]
-
-    def _send(self, message: dict[str, Any]) -> None:
-        try:
-            os.write(self._to_child, json.dumps(message).encode() + b"\n")
-        except BrokenPipeError as exc:
-            raise WorkerFailed(self._died()) from exc
-
-    def _receive(self, timeout_s: float) -> dict[str, Any]:
-        deadline = _perf_counter() + timeout_s
-        while b"\n" not in self._buffer:
-            left = deadline - _perf_counter()
-            if left <= 0 or not select.select([self._from_child], [], [], left)[0]:
-                raise CallTimeout(f"a call took longer than {timeout_s:g} s")
-            chunk = os.read(self._from_child, 65536)
-            if not chunk:
-                raise WorkerFailed(self._died())
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            reply = json.loads(line)
-        except ValueError as exc:
-            raise WorkerFailed(f"unreadable reply {line[:200]!r}") from exc
-        if not isinstance(reply, dict):
-            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
-        return reply
-
-    def _died(self) -> str:
-        try:
-            code = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            code = None
-        self._drain.join(timeout=2)
-        return f"the solution's process exited with {code}: {self.output_tail()[-600:]}"
-
     def _expect(self, key: str, timeout_s: float) -> dict[str, Any]:
-        reply = self._receive(timeout_s)
+        reply = self.child.receive(timeout_s)
         if "error" in reply:
             raise SolutionError(str(reply["error"]))
         if key not in reply:
-            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
+            raise ChildFailed(f"unexpected reply {str(reply)[:200]}")
         return reply
 
     def _answer(self, n: int, timeout_s: float) -> tuple[np.ndarray | None, str | None]:
         """The answer the child reports as copied out, or why there is none."""
-        reply = self._receive(timeout_s)
+        reply = self.child.receive(timeout_s)
         if "error" in reply:
             raise SolutionError(str(reply["error"]))
         if "problem" in reply:
             return None, str(reply["problem"])
         if "ok" not in reply:
-            raise WorkerFailed(f"unexpected reply {str(reply)[:200]}")
+            raise ChildFailed(f"unexpected reply {str(reply)[:200]}")
         return np.frombuffer(self._output, dtype=np.int32, count=n).copy(), None
 
     def call(self, x: np.ndarray, limit_s: float, timer: str) -> tuple[np.ndarray | None, str | None, float, float]:
@@ -380,13 +310,13 @@ class KernelWorker:
         if self.preload:
             cpu_before = self.tree.cpu_seconds()
             np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
-            self._send({"load": n})
+            self.child.send({"load": n})
             self._expect("loaded", 60.0)
             started = _perf_counter()
-            self._send({"go": True})
+            self.child.send({"go": True})
             self._expect("done", limit_s)
             returned = _perf_counter()
-            self._send({"fetch": True})
+            self.child.send({"fetch": True})
             actual, problem = self._answer(n, limit_s)
             answered = _perf_counter()
             wall_s = returned - started if timer == "wall" else answered - started
@@ -394,7 +324,7 @@ class KernelWorker:
         cpu_before = self.tree.cpu_seconds()
         started = _perf_counter()
         np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
-        self._send({"run": n})
+        self.child.send({"run": n})
         actual, problem = self._answer(n, limit_s)
         answered = _perf_counter()
         return actual, problem, answered - started, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
@@ -402,19 +332,15 @@ class KernelWorker:
     def close(self) -> None:
         """End the child (killing it if it does not stop: a timed-out call may still run), then
         every other process of the solution's that is still alive."""
-        with contextlib.suppress(OSError):
-            os.write(self._to_child, b"\n")
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.child.close()
         self.leftovers_killed = self.tree.kill()
         self.tree.close()
-        for fd in (self._to_child, self._from_child, self._input_fd, self._output_fd):
+        self._release()
+
+    def _release(self) -> None:
+        for fd in (self._input_fd, self._output_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._drain.join(timeout=2)
         self._input.close()
         self._output.close()
 
@@ -431,9 +357,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     cores = usable_cores()
     try:
         worker = KernelWorker(ctx, device, max(n, check_n), limit)
-    except CallTimeout:
+    except ChildTimeout:
         return {"raw": None, "message": {"timeout": True, "error": "importing solution.py timed out"}}
-    except WorkerFailed as exc:
+    except ChildFailed as exc:
         return {"raw": None, "message": {"error": str(exc)[:1000]}}
     try:
         small = random_input(check_n, generator)
@@ -454,9 +380,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
                 problem = check_output(expected, actual)
             if problem:
                 return {"raw": None, "message": {"correct": False, "error": f"length {n}: {problem}"}}
-    except CallTimeout as exc:
+    except ChildTimeout as exc:
         return {"raw": None, "message": {"timeout": True, "error": str(exc)}}
-    except (SolutionError, WorkerFailed) as exc:
+    except (SolutionError, ChildFailed) as exc:
         return {"raw": None, "message": {"error": str(exc)[:1000]}}
     finally:
         worker.close()
@@ -465,9 +391,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         "raw": math.log(ms),
         "message": {"correct": True, "time_ms": round(ms, 4)},
         "details": {"times_ms": times_ms, "n_elements": n, "timer": timer, "cores": cores,
-                    "solution_confined": worker.confined, "sigchld_guard": worker.sigchld_guard,
+                    "solution_confined": worker.child.confined, "sigchld_guard": worker.sigchld_guard,
                     "processes": worker.tree.largest, "leftover_processes_killed": worker.leftovers_killed,
-                    "solution_output": worker.output_tail()[-1000:]},
+                    "solution_output": worker.child.output_tail()},
     }
 
 

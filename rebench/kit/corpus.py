@@ -12,7 +12,7 @@ the data can be read as text.
 Everything is a pure function of the seed (NumPy's PCG64), so every machine
 builds byte-identical assets.
 
-Source of truth: environments/_common/corpus.py (copied into environments by sync.py).
+Part of the environment kit's build-time code (NumPy).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ validation part with a fixed seed (as nanoGPT does), encodes every document with
 GPT-2 BPE (tiktoken), appends the end-of-text token 50256 and writes nanoGPT's
 flat uint16 `.bin` files. About 9B training tokens (17 GB).
 
-Source of truth: environments/_common/owt.py (copied into environments by sync.py).
+Part of the environment kit's build-time code.
 """
 
 from __future__ import annotations

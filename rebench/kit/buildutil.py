@@ -2,7 +2,7 @@
 environment.toml, laying out DIR/home, DIR/workspace, DIR/protected, and writing the
 tiny corpus.
 
-Source of truth: environments/_common/buildutil.py (copied into environments by sync.py).
+Part of the environment kit's build-time code (it may use NumPy).
 """
 
 from __future__ import annotations
