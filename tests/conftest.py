@@ -1,12 +1,16 @@
-"""Shared fixtures: a throwaway database, cache and environments folder per test session."""
+"""Shared fixtures: a throwaway database, cache and environments folder per test session, and
+the kernel environment's calibration, measured once per session."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -61,3 +65,47 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         code = exc.code if isinstance(exc.code, int) else 1
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """The README's main job on a fresh database: `rebench run` calibrates this machine first."""
+
+    result: subprocess.CompletedProcess[str]
+    db: Path
+
+
+@pytest.fixture(scope="session")
+def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
+    """One reference attempt on the kernel environment's tiny profile (local backend) on a fresh
+    database, which makes `rebench run` measure the anchors first. Measuring them takes six score
+    calls, so it happens once per session: tests/test_kernel_campaign.py checks this run, and
+    every other test that needs calibrated anchors copies them (`calibrated_kernel_db`)."""
+    db = tmp_path_factory.mktemp("kernel") / "kernel.db"
+    result = run_cli("run", "--env", "triton_cumsum", "--agent", "reference", "--profile", "tiny",
+                     "--budget", "10m", "-k", "1", "--backend", "local", "--db", str(db), timeout=900,
+                     env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
+    assert result.returncode == 0, result.stderr
+    return KernelRun(result, db)
+
+
+@pytest.fixture
+def calibrated_kernel_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
+    """A fresh database holding only this session's calibration of triton_cumsum (tiny), saved
+    through the product's own `save_calibration` from the measured samples."""
+    from rebench.calibration import save_calibration
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.store import Store
+
+    with sqlite3.connect(kernel_first_run.db) as connection:
+        (samples,), = connection.execute(
+            "select samples from calibrations where environment = 'triton_cumsum' and profile = 'tiny'").fetchall()
+    measured = json.loads(samples)
+    db = tmp_path / "calibrated.db"
+    store = Store(db)
+    try:
+        env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
+        save_calibration(store, env, "tiny", measured["start"], measured["reference"])
+    finally:
+        store.close()
+    return db

@@ -64,7 +64,8 @@ def test_declared_help_matches_each_command() -> None:
     for name, spec in SUBCOMMANDS.items():
         command = load_subcommand(name)
         assert command.name == name
-        assert (command.help or "").strip().splitlines()[0] == spec.help, name
+        assert command.help is not None, name
+        assert command.help.strip().splitlines()[0] == spec.help, name
 
 
 def test_every_subcommand_help_works(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from rebench.errors import RebenchError
 from rebench.report.importer import import_metr_runs
 from rebench.store import Attempt, Store
 
-from .conftest import run_cli
+from .conftest import run_main
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 
@@ -321,8 +321,9 @@ BAD_INPUTS: dict[str, tuple[object, list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, case: str) -> None:
-    """The real CLI in a subprocess, on a database that already holds an import."""
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, case: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The real CLI entry point (in this process), on a database that already holds an import."""
     db = tmp_path / "r.db"
     store = Store(db)
     import_metr_runs(store, _write(tmp_path / "earlier.jsonl", [_row(run_id="earlier"), _row(run_id="e2", score=-0.5)]))
@@ -330,28 +331,32 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, case: s
     before = _table_counts(db)
     make, expected = BAD_INPUTS[case]
     path = make(tmp_path)  # type: ignore[operator]
-    result = run_cli("import", "metr-runs", str(path), "--db", str(db))
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    code, out, err = run_main(["import", "metr-runs", str(path), "--db", str(db)], capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
     for text in expected:
         assert text in lines[0]
-    assert result.stdout == ""
-    assert _table_counts(db) == before and before["attempts"] == 2
+    assert out == ""
+    assert _table_counts(db) == before
+    assert before["attempts"] == 2
 
 
-def test_allow_empty_and_clipped_scores_in_the_summary(tmp_path: Path) -> None:
+def test_allow_empty_and_clipped_scores_in_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     empty = _write(tmp_path / "hcast.jsonl", [_row(task_family="hcast_x", task_id="hcast_x/1")])
-    result = run_cli("import", "metr-runs", str(empty), "--db", str(db), "--allow-empty", "--json")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["added"] == 0
+    code, out, err = run_main(["import", "metr-runs", str(empty), "--db", str(db), "--allow-empty", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["added"] == 0
     runs = _write(
         tmp_path / "runs.jsonl", [_row(run_id="a", score=-0.2), _row(run_id="b", score=0.3), _row(run_id="c", score=-1)]
     )
-    result = run_cli("import", "metr-runs", str(runs), "--db", str(db))
-    assert result.returncode == 0, result.stderr
-    assert "imported 3 RE-Bench runs" in result.stdout and "2 negative scores clipped to 0" in result.stdout
-    result = run_cli("import", "metr-runs", str(runs), "--db", str(db), "--json")
-    summary = json.loads(result.stdout)
+    code, out, err = run_main(["import", "metr-runs", str(runs), "--db", str(db)], capsys)
+    assert code == 0, err
+    assert "imported 3 RE-Bench runs" in out
+    assert "2 negative scores clipped to 0" in out
+    code, out, err = run_main(["import", "metr-runs", str(runs), "--db", str(db), "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
     assert (summary["added"], summary["already_present"], summary["clipped_negative"]) == (0, 3, 0)

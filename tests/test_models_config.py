@@ -67,8 +67,20 @@ def test_local_server_needs_no_key_but_a_named_variable_is_read(monkeypatch: pyt
     assert spec.key_variable == "MY_GATEWAY_KEY"
 
 
-def test_agents_without_a_model_need_nothing() -> None:
-    check_model_available(AgentConfig(name="replay"))
+def test_agents_without_a_model_need_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No key, no readable price table, a cost limit: each stops an agent with a model, none an agent without."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("REBENCH_PRICES", str(tmp_path / "missing-prices.toml"))
+    needs = {"args": {"prices": str(tmp_path / "missing-prices.toml")}, "cost_limit_usd": 1.0}
+    with pytest.raises(RebenchError, match="OPENAI_API_KEY"):
+        check_model_available(AgentConfig(name="modular", model="openai/gpt-5", **needs))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-present")
+    with pytest.raises(RebenchError, match=r"missing-prices\.toml"):
+        check_model_available(AgentConfig(name="modular", model="openai/gpt-5", **needs))
+    monkeypatch.delenv("OPENAI_API_KEY")
+    for name in ("replay", "reference"):
+        assert check_model_available(AgentConfig(name=name, **needs)) is None
 
 
 def test_cost_limit_needs_a_known_price(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -207,7 +207,8 @@ def test_loaded_curve_follows_the_final_rule(store: Store, info: EnvironmentInfo
     logged = [r for r in data.runs if r.curve is not None]
     assert len(logged) == 2
     first = next(r for r in logged if r.score == 0.5)
-    assert [p.normalized for p in first.curve or ()] == pytest.approx([0.2, 0.5, 0.5])  # best so far
+    assert first.curve is not None
+    assert [p.normalized for p in first.curve] == pytest.approx([0.2, 0.5, 0.5])  # best so far
     assert first.score_at(599) == 0.0 and first.score_at(3000) == pytest.approx(0.5)
 
 

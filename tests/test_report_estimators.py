@@ -143,6 +143,7 @@ def _brute_or_mean(scores: list[float], k: int, mode: str) -> float:
 
 
 def test_bootstrap_interval_is_exact_for_constant_scores_and_seeded() -> None:
+    """Constant scores give a zero-width interval; the resamples depend on the seed and only on it."""
     data = {"a": EnvironmentScores(np.full(6, 0.5)), "b": EnvironmentScores(np.full(3, 1.5))}
     result = bootstrap_score_at_k(data, [1, 8], n_bootstrap=50, seed=0)
     assert result.mean_point == pytest.approx([1.0, 1.0])
@@ -150,7 +151,13 @@ def test_bootstrap_interval_is_exact_for_constant_scores_and_seeded() -> None:
     assert result.mean_high == pytest.approx([1.0, 1.0])
     noisy = {"a": EnvironmentScores(np.random.default_rng(0).random(10))}
     first = bootstrap_score_at_k(noisy, [2], n_bootstrap=200, seed=1)
+    again = bootstrap_score_at_k(noisy, [2], n_bootstrap=200, seed=1)
     other = bootstrap_score_at_k(noisy, [2], n_bootstrap=200, seed=2)
-    assert first.mean_low != pytest.approx(other.mean_low) or first.mean_high != pytest.approx(other.mean_high)
+    # One seed, run twice: the very same resamples, so the same replicates and interval, bit for bit.
+    np.testing.assert_array_equal(again.mean_replicates, first.mean_replicates)
+    np.testing.assert_array_equal(again.per_env_low, first.per_env_low)
+    np.testing.assert_array_equal(again.per_env_high, first.per_env_high)
+    # Another seed draws other resamples (200 of 10 noisy runs: equal replicates would be a fixed generator).
+    assert not np.array_equal(other.mean_replicates, first.mean_replicates)
     with pytest.raises(RebenchError):
         bootstrap_score_at_k(noisy, [2], n_bootstrap=0)

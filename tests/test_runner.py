@@ -15,15 +15,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rebench.store.db import integrity_ok
+from rebench.store.db import Store, integrity_ok
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, run_cli, run_main
 
 
 def script(tmp_path: Path, actions: list, name: str = "script.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump({"actions": actions}))
     return path
+
+
+def table_counts(db: Path) -> dict[str, int]:
+    """Rows per table: what a rejected command must leave unchanged."""
+    with sqlite3.connect(db) as connection:
+        tables = [name for (name,) in connection.execute("select name from sqlite_master where type = 'table'")]
+        return {table: connection.execute(f'select count(*) from "{table}"').fetchone()[0] for table in tables}
 
 
 def rows(db: Path, query: str, *args: object) -> list[tuple]:
@@ -173,26 +180,39 @@ def test_provider_keys_do_not_reach_the_sandbox(fixture_envs: Path, tmp_path: Pa
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(fixture_envs: Path, db_path: Path, args: list[str],
-                                                  message: str) -> None:
+                                                  message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process (argument checks need no subprocess), against a database that already exists,
+    so that "writes nothing" is checked on every case: no table gains a row."""
+    Store(db_path).close()
+    before = table_counts(db_path)
     base = {"--env": "counter", "--agent": "reference"}
     for index in range(0, len(args) - 1):
         if args[index] in base:
             base.pop(args[index])
     flat = [item for pair in base.items() for item in pair]
-    result = run_cli("run", *flat, *args, "--backend" if "--backend" not in args else "--seed",
-                     "local" if "--backend" not in args else "0", "--db", str(db_path),
-                     env={"REBENCH_ENVIRONMENTS": str(fixture_envs)})
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if line]
-    assert len(lines) == 1 and message in lines[0], result.stderr
-    if db_path.exists():
-        assert rows(db_path, "select count(*) from attempts") == [(0,)]
+    code, out, err = run_main(["run", *flat, *args, "--backend" if "--backend" not in args else "--seed",
+                               "local" if "--backend" not in args else "0", "--db", str(db_path)], capsys)
+    assert code == 2, out + err
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1, err
+    assert message in lines[0], err
+    assert table_counts(db_path) == before
+    assert before["attempts"] == before["campaigns"] == 0
 
 
-def test_replay_script_with_unknown_action_is_rejected(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
-    result = replay(tmp_path, db_path, [{"teleport": "mars"}])
-    assert result.returncode == 2
-    assert "teleport" in result.stderr or "actions.0" in result.stderr
+def test_replay_script_with_unknown_action_is_rejected(fixture_envs: Path, tmp_path: Path, db_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The error names the script, the position of the bad action, the bad tag and the allowed actions."""
+    path = script(tmp_path, [{"write_file": {"path": "value.txt", "content": "1"}}, {"teleport": "mars"}])
+    code, _, err = run_main(["run", "--env", "counter", "--agent", "replay", "--agent-arg", f"script={path}",
+                             "--budget", "1m", "--backend", "local", "--db", str(db_path)], capsys)
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: replay script '{path}': actions.1: "), line
+    assert "'teleport'" in line, line
+    allowed = line[line.rindex("(actions: "):]
+    assert "write_file" in allowed, line
+    assert "submit" in allowed, line
 
 
 def test_attempts_show_replays_events(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:

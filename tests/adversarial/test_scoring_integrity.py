@@ -132,7 +132,8 @@ def test_a_daemon_doing_the_work_earns_no_more_than_honest_code(envs_dir: Path, 
     honest, offloaded = intermediate
     assert honest["raw"] == 0.5 and honest["message"]["correct"], honest
     assert offloaded["raw"] is not None and offloaded["raw"] <= honest["raw"], offloaded
-    assert max(e["raw"] or 0.0 for e in scored) <= honest["raw"]
+    valid_raws = [e["raw"] for e in scored if e["raw"] is not None]
+    assert max(valid_raws) <= honest["raw"], scored
     assert row["final_raw"] <= honest["raw"]
 
 
