@@ -32,12 +32,28 @@ COPIES: dict[str, list[str]] = {
     ],
 }
 
+# Lines a copy changes: the kit imports its sibling modules relatively, the agent's script
+# imports the file beside it (train.py runs as a script next to model.py).
+REWRITES: dict[str, list[tuple[bytes, bytes]]] = {
+    "lmtrain.py": [(b"from .gpt import GPT, GPTConfig\n", b"from model import GPT, GPTConfig\n")],
+}
+
+
+def copy_of(source: str) -> bytes:
+    """What the agent's copy of a kit module must contain."""
+    data = (KIT / source).read_bytes()
+    for old, new in REWRITES.get(source, []):
+        if old not in data:
+            raise SystemExit(f"rebench/kit/{source} no longer has the line {old.decode().strip()!r} to rewrite")
+        data = data.replace(old, new)
+    return data
+
 
 def stale() -> list[str]:
     """The copies that differ from their kit module."""
     out = []
     for source, targets in COPIES.items():
-        data = (KIT / source).read_bytes()
+        data = copy_of(source)
         out += [target for target in targets
                 if not (ENVIRONMENTS / target).is_file() or (ENVIRONMENTS / target).read_bytes() != data]
     return out
@@ -55,7 +71,7 @@ def main() -> int:
         source = next(name for name, targets in COPIES.items() if target in targets)
         path = ENVIRONMENTS / target
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes((KIT / source).read_bytes())
+        path.write_bytes(copy_of(source))
         print(f"updated environments/{target}")
     return 1 if bad and args.check else 0
 

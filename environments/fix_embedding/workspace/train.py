@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,11 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-try:  # the environment kit, where this module sits beside gpt.py
-    from .gpt import GPT, GPTConfig
-except ImportError:  # the agent's train.py, run as a script beside its model.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from model import GPT, GPTConfig  # type: ignore[no-redef]
+# The agent's copy (train.py, run as a script beside model.py) imports `model` instead:
+# environments/_common/agent_copies.py rewrites this one line.
+from model import GPT, GPTConfig
 
 
 class TokenBatches:
