@@ -186,11 +186,12 @@ def freeze_uids(uids: set[int]) -> dict[int, str]:
     """SIGSTOP every process running as one of `uids`; return {pid: start time} of those
     stopped here (one the agent had stopped itself stays out: it is not continued later).
 
-    Once kill(SIGSTOP) returns, the target runs no more user code (the signal is handled
-    before any return to user space), so the set is frozen when a full sweep finds no
-    process of these users that was not signalled: a child forked just before its parent
-    stopped shows up in the next sweep. Whatever keeps appearing past FREEZE_SWEEP_S (a
-    fork race without end) is killed."""
+    kill(SIGSTOP) can return while its target is still inside fork(): the child is attached
+    (and shows in /proc) only when that call ends, just before the parent stops. So each
+    sweep waits until what it signalled is really stopped (state T) before the next sweep
+    looks; the set is frozen when a sweep finds no process of these users that was not
+    signalled. Whatever keeps appearing past FREEZE_SWEEP_S (a fork race without end, or
+    a process that will not stop) is killed."""
     me = os.getpid()
     stopped: dict[int, str] = {}
     left_alone: set[int] = set()
@@ -220,6 +221,20 @@ def freeze_uids(uids: set[int]) -> dict[int, str]:
                 os.kill(pid, signal.SIGKILL if over else signal.SIGSTOP)
             if not over:
                 stopped[pid] = start
+        if not over:
+            _wait_stopped([pid for pid, _ in fresh], deadline)
+
+
+def _wait_stopped(pids: list[int], deadline: float) -> None:
+    """Return once every one of `pids` is stopped, a zombie or gone (or at `deadline`)."""
+    waiting = set(pids)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            fields = _stat_fields(str(pid))
+            if fields is None or fields[0] in (b"T", b"t", b"Z", b"X"):
+                waiting.discard(pid)
+        if waiting:
+            time.sleep(0.001)
 
 
 def thaw(stopped: dict[int, str]) -> None:
