@@ -63,8 +63,21 @@ def _processes_with(variable: str) -> list[int]:
     return found
 
 
-def _kill_marked(variable: str) -> int:
-    """SIGKILL every process (but this one) whose environment holds `variable`; returns how many."""
+def _dead(pid: int) -> bool:
+    """Whether `pid` is gone or a zombie (it runs nothing any more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+
+def _kill_marked(variable: str, settle_s: float = 2.0) -> int:
+    """SIGKILL every process (but this one) whose environment holds `variable`; returns how many.
+
+    Returns only once what it killed has died (or after `settle_s`): SIGKILL takes effect when
+    the target is next scheduled, which on a busy machine can be after kill() returns, and a
+    caller such as stop() promises that nothing of the sandbox runs afterwards."""
     killed = 0
     for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
         pids = [p for p in _processes_with(variable) if p != os.getpid()]
@@ -74,7 +87,9 @@ def _kill_marked(variable: str) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         killed += len(pids)
-        time.sleep(0.05)
+        deadline = time.monotonic() + settle_s
+        while not all(_dead(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
     return killed
 
 
