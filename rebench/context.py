@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
 from rebench.clock import AttemptClock, PauseInterval
 from rebench.sandbox.base import ExecResult, Sandbox, SandboxPaths
+from rebench.sandbox.output import head_and_tail
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
@@ -35,10 +36,9 @@ EVENT_OUTPUT_LIMIT = 20_000
 
 
 def _short(text: str, limit: int = EVENT_OUTPUT_LIMIT) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+    """Output as kept in the event log: the shared head-and-tail cut (rebench.sandbox.output)."""
+    head, tail, dropped = head_and_tail(text, limit)
+    return f"{head}\n[... {dropped} characters cut ...]\n{tail}" if dropped else head
 
 
 T = TypeVar("T")
