@@ -228,9 +228,8 @@ def test_upgrade_removes_repeated_runs_and_makes_run_id_unique(tmp_path: Path) -
     """A database at the first schema that imported a run twice (what the old import did) upgrades cleanly."""
     from alembic import command
     from alembic.config import Config
-    from sqlalchemy import create_engine
+    from sqlalchemy import MetaData, Table, create_engine
     from sqlalchemy.exc import IntegrityError
-    from sqlalchemy.orm import Session
 
     from rebench.store.db import MIGRATIONS_DIR
 
@@ -242,30 +241,31 @@ def test_upgrade_removes_repeated_runs_and_makes_run_id_unique(tmp_path: Path) -
         config.attributes["connection"] = connection
         command.upgrade(config, "0001")
 
-    def imported(run_id: str, sha: str, line: int) -> Attempt:
-        return Attempt(
-            source="imported",
-            environment="triton_cumsum",
-            agent="o1-preview",
-            budget_s=1800.0,
-            status="done",
-            final_normalized=0.25,
-            import_sha256=sha,
-            import_row=line,
-            external_id=run_id,
-        )
+    # Rows go in through the first schema's own columns: the ORM model has grown since.
+    old_attempts = Table("attempts", MetaData(), autoload_with=engine)
 
-    with Session(engine) as session, session.begin():
-        session.add_all(
-            [
-                imported("a", "f1", 1),
-                imported("b", "f1", 2),
-                imported("a", "f2", 1),
-                imported("b", "f3", 7),
-                imported("a", "f3", 8),
-            ]
-        )
-        session.add_all([Attempt(environment="counter", agent="reference", budget_s=60.0) for _ in range(2)])
+    def row(**fields: object) -> dict[str, object]:
+        values: dict[str, object] = {}
+        for column in Attempt.__table__.columns:
+            if column.name == "id" or column.name not in old_attempts.c:
+                continue
+            default = getattr(column.default, "arg", None)
+            values[column.name] = fields.get(column.name, default(None) if callable(default) else default)
+        return values
+
+    def imported(run_id: str, sha: str, line: int) -> dict[str, object]:
+        return row(source="imported", environment="triton_cumsum", agent="o1-preview", budget_s=1800.0,
+                   status="done", final_normalized=0.25, import_sha256=sha, import_row=line, external_id=run_id)
+
+    with engine.begin() as connection:
+        connection.execute(old_attempts.insert(), [
+            imported("a", "f1", 1),
+            imported("b", "f1", 2),
+            imported("a", "f2", 1),
+            imported("b", "f3", 7),
+            imported("a", "f3", 8),
+            *(row(environment="counter", agent="reference", budget_s=60.0) for _ in range(2)),
+        ])
     engine.dispose()
 
     store = Store(db)
@@ -273,7 +273,8 @@ def test_upgrade_removes_repeated_runs_and_makes_run_id_unique(tmp_path: Path) -
         kept = [(a.external_id, a.import_sha256) for a in s.scalars(select(Attempt).order_by(Attempt.id))]
     assert kept == [("a", "f1"), ("b", "f1"), (None, None), (None, None)]  # first copy of each run, own ones kept
     with pytest.raises(IntegrityError), store.session() as s:
-        s.add(imported("a", "f9", 1))
+        s.add(Attempt(source="imported", environment="triton_cumsum", agent="o1-preview", budget_s=1800.0,
+                      import_sha256="f9", import_row=1, external_id="a"))
     summary = import_metr_runs(store, _write(tmp_path / "runs.jsonl", [_row(run_id="a"), _row(run_id="c")]))
     assert (summary.added, summary.already_present) == (1, 1)
     store.close()

@@ -57,6 +57,18 @@ class SnapshotCap(_Strict):
     max_files: int = Field(DEFAULT_MAX_FILES, gt=0)
 
 
+class Rescore(_Strict):
+    """How `final_score = "rescore_best"` re-measures an attempt when it ends: the solution
+    snapshots behind the `candidates` best intermediate scores are scored `repeats` times each
+    (clock stopped) and the best of their medians is the final raw score. For timing scores on
+    shared hardware, where one lucky call would otherwise be banked."""
+
+    candidates: int = Field(3, ge=1, le=20)
+    repeats: int = Field(5, ge=1, le=50)
+    snapshot_each_score: bool = True
+    """Snapshot the solution folder at every score call, so each scored version can be re-scored."""
+
+
 class Profile(_Strict):
     """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
 
@@ -64,7 +76,8 @@ class Profile(_Strict):
     hardware: str = ""
     resources: Resources = Resources()
     direction: Literal["lower", "higher"]
-    final_score: Literal["best", "last"]
+    final_score: Literal["best", "last", "rescore_best"]
+    rescore: Rescore = Rescore()
     score_timeout_s: float = Field(600, gt=0)
     score_visible: bool = True
     network: bool = False

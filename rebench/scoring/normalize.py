@@ -18,10 +18,11 @@ def _is_valid(value: float | None) -> bool:
 def final_raw_score(
     raws: Iterable[float | None],
     *,
-    rule: Literal["best", "last"],
+    rule: Literal["best", "last", "rescore_best"],
     direction: Literal["lower", "higher"],
 ) -> float | None:
-    """The attempt's final raw score: best or last valid one; None when none is valid."""
+    """The attempt's final raw score by RE-Bench's rules: best or last valid one (None when none
+    is valid). `rescore_best` starts from the best too; the runner then re-scores."""
     valid = [float(r) for r in raws if r is not None and _is_valid(r)]
     if not valid:
         return None

@@ -52,6 +52,8 @@ class ScoreKind(StrEnum):
     BASELINE = "baseline"
     INTERMEDIATE = "intermediate"
     FINAL = "final"
+    RESCORE = "rescore"
+    """A re-score of a kept snapshot after the attempt ended (final_score = "rescore_best")."""
 
 
 class EventKind(StrEnum):
@@ -180,6 +182,10 @@ class Attempt(Base):
     submitted: Mapped[bool] = mapped_column(Boolean, default=False)
     final_raw: Mapped[float | None] = mapped_column(Float)
     final_normalized: Mapped[float | None] = mapped_column(Float)
+    final_rule: Mapped[str | None] = mapped_column(String(16))  # best | last | rescore_best
+    # RE-Bench's own rule (best or last intermediate score), kept beside a re-scored final
+    rule_raw: Mapped[float | None] = mapped_column(Float)
+    rule_normalized: Mapped[float | None] = mapped_column(Float)
     anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | imported
     snapshot_path: Mapped[str | None] = mapped_column(Text)
     import_sha256: Mapped[str | None] = mapped_column(String(64))
@@ -255,5 +261,30 @@ class Calibration(Base):
     hardware_description: Mapped[str] = mapped_column(Text, default="")
     start_raw: Mapped[float] = mapped_column(Float)
     reference_raw: Mapped[float] = mapped_column(Float)
+    samples: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NoiseMeasurement(Base):
+    """How much one environment's score moves on one machine (`rebench envs noise`): the
+    starting and reference solutions scored n times each, single calls and under the final rule."""
+
+    __tablename__ = "noise_measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    environment: Mapped[str] = mapped_column(String(64), index=True)
+    env_version: Mapped[str] = mapped_column(String(32))
+    profile: Mapped[str] = mapped_column(String(32))
+    hardware: Mapped[str] = mapped_column(String(64), index=True)
+    hardware_description: Mapped[str] = mapped_column(Text, default="")
+    n: Mapped[int] = mapped_column(Integer)
+    start_mean: Mapped[float] = mapped_column(Float)
+    start_sd: Mapped[float] = mapped_column(Float)
+    reference_mean: Mapped[float] = mapped_column(Float)
+    reference_sd: Mapped[float] = mapped_column(Float)
+    start_sd_normalized: Mapped[float] = mapped_column(Float)
+    final_start_sd_normalized: Mapped[float | None] = mapped_column(Float)
+    """The starting solution's sd, normalized, when each sample is taken with the final rule."""
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     samples: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
