@@ -13,7 +13,8 @@ them and prints what comes back. Scripts, notebooks and tests call them directly
 
 One campaign, in the order `run_campaign` does it:
 
-    1. validate     environments, profile, agent (and its script), model key, backend:
+    1. validate     environments, profile, what the profile needs here (GPUs, operator assets:
+                    rebench.preflight), agent (and its script), model key, backend:
                     a RebenchError here, before anything is built or written
     2. build        each environment's virtualenv and assets (and image on docker), cached by content hash
     3. recover      attempts left `running` by a harness that died are marked `interrupted`
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -170,25 +171,31 @@ def choose_backend(requested: str | None, observer: Observer | None = None) -> s
 
 
 def build_environment(environment: str | Environment, profile: str = "tiny", backend: str | None = None, *,
-                      observer: Observer | None = None) -> str:
+                      observer: Observer | None = None, assets: Mapping[str, Path] | None = None) -> str:
     """Build what an attempt on this backend needs (virtualenv, assets, and the image on docker);
-    a no-op when it is cached. Returns the backend it built for."""
+    a no-op when it is cached. Returns the backend it built for. `assets`: where the operator's
+    files that the profile declares are (else the assets settings file; see
+    rebench.environments.assets)."""
+    from rebench.preflight import check
+
     env = _environment(environment, profile)
+    check(env, profile, "build", assets=assets)
     observer = observer or Observer()
     chosen = choose_backend(backend, observer)
-    _build(env, profile, chosen, observer)
+    _build(env, profile, chosen, observer, assets)
     return chosen
 
 
-def _build(env: Environment, profile: str, backend: str, observer: Observer) -> None:
+def _build(env: Environment, profile: str, backend: str, observer: Observer,
+           assets: Mapping[str, Path] | None = None) -> None:
     from rebench.environments.build import assets_dir, local_python
 
-    local_python(env, log=observer.log)
-    assets_dir(env, profile, log=observer.log)
+    assets_dir(env, profile, log=observer.log, assets=assets)
+    local_python(env, profile, log=observer.log)
     if backend == "docker":
         from rebench.images import build_environment_image  # the docker SDK: only for the docker backend
 
-        build_environment_image(env, profile, log=observer.log)
+        build_environment_image(env, profile, log=observer.log, assets=assets)
 
 
 def calibrate(environment: str | Environment, profile: str = "tiny", backend: str | None = "local",
@@ -200,7 +207,10 @@ def calibrate(environment: str | Environment, profile: str = "tiny", backend: st
 
     if repeats < 1:
         raise RebenchError(f"invalid --repeats {repeats}: must be at least 1")
+    from rebench.preflight import check
+
     env = _environment(environment, profile)
+    check(env, profile, "calibrate")
     observer = observer or Observer()
     chosen = choose_backend(backend, observer)
     if build:
@@ -261,6 +271,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     `cancel_on_sigterm` (main thread only) treats SIGTERM like Ctrl-C: every running attempt
     is marked interrupted and its sandbox stopped, then KeyboardInterrupt is raised.
     """
+    from rebench import preflight
     from rebench.calibration import resolve_anchors
     from rebench.campaign import CampaignRunner, plan_campaign, recover_orphans
     from rebench.environments.registry import EnvironmentRegistry
@@ -278,6 +289,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     # 1. validate: nothing is built or written before every name, the agent and the model check out
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
+    for env in envs:
+        preflight.check(env, spec.profile, "run", gpus=spec.gpus)
     _check_agent(spec.agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
     if spec.chosen_backend == "local":

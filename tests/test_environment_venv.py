@@ -16,7 +16,7 @@ from rebench.environments.registry import EnvironmentRegistry
 def test_environment_venv_imports_packages_of_the_harness_venv(fixture_envs: Path) -> None:
     """CI runs the harness from a fresh virtualenv: environments must not reinstall what it has (torch)."""
     env = EnvironmentRegistry(fixture_envs).get("counter")
-    python = local_python(env)
+    python = local_python(env, "tiny")
     probe = "import typer, rebench, sys; print(sys.prefix)"
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Build Fix Embedding's assets: `python build.py --profile P --out DIR`.
+"""Build Fix Embedding's assets: `python build.py --profile P --out DIR [--assets IN]`.
 
 DIR/home:      large_model.pth (embedding rows permuted), small_correct_model.pth,
                model_configs.json, data/train.bin (+ meta.json, vocab.json),
@@ -6,7 +6,10 @@ DIR/home:      large_model.pth (embedding rows permuted), small_correct_model.pt
 DIR/protected: val.bin, the held-out tokens the scorer evaluates on
 
 tiny: a synthetic corpus and two small GPTs trained here, deterministically.
-paper: GPT-2 and GPT-2 XL from the Hugging Face hub in fp16, OpenWebText (GPT-2 BPE).
+paper: from the operator's assets in IN (declared in environment.toml, checked by the harness
+before this runs): GPT-2 and GPT-2 XL as the hub's `model.safetensors`, saved in fp16, and
+OpenWebText tokenized with the GPT-2 BPE. Nothing is downloaded, and the unpermuted GPT-2 XL
+weights are read from IN only: no copy or cache of them is written (the agent gets DIR/home).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from rebench.kit import buildutil, corpus, lmtrain
+from rebench.kit import buildutil, corpus, lmtrain, owt
 from rebench.kit.gpt import GPT, GPTConfig
 
 HERE = Path(__file__).resolve().parent
@@ -37,30 +40,46 @@ def permute_embedding(state: dict[str, torch.Tensor], seed: int = PERMUTATION_SE
 
 
 def hf_gpt2_to_nanogpt(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename a Hugging Face GPT2LMHeadModel state dict to nanoGPT's names. HF stores the
-    attention and MLP projections as Conv1D (in x out), so those matrices are transposed."""
+    """Rename a Hugging Face GPT-2 state dict to nanoGPT's names. The hub's checkpoints were
+    saved from GPT2Model, so their keys lack the `transformer.` prefix (`h.0.attn.c_attn.weight`);
+    GPT2LMHeadModel's have it. HF stores the attention and MLP projections as Conv1D (in x out),
+    so those matrices are transposed."""
     transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
     out = {}
     for key, value in hf_state.items():
         if key.endswith(("attn.bias", "attn.masked_bias")) or key == "lm_head.weight":
             continue  # causal-mask buffers, and the tied head
-        out[key] = value.t().contiguous() if key.endswith(transposed) else value
+        name = key if key.startswith("transformer.") else f"transformer.{key}"
+        out[name] = value.t().contiguous() if key.endswith(transposed) else value
     return out
 
 
-def build_paper(params: dict, home: Path, protected: Path) -> None:
-    from transformers import GPT2LMHeadModel  # installed in paper images only
+def load_gpt2(path: Path, config: dict, what: str) -> dict[str, torch.Tensor]:
+    """A hub `model.safetensors` as a nanoGPT state dict, checked against the profile's config."""
+    from safetensors.torch import load_file  # in requirements-paper.txt
 
-    from rebench.kit import owt
+    state = hf_gpt2_to_nanogpt(load_file(str(path)))
+    wte = state.get("transformer.wte.weight")
+    layers = {key.split(".")[2] for key in state if key.startswith("transformer.h.")}
+    expected = (config["vocab_size"], config["n_embd"])
+    if wte is None or tuple(wte.shape) != expected or len(layers) != config["n_layer"]:
+        shape = None if wte is None else tuple(wte.shape)
+        raise SystemExit(f"{path} is not {what}: embedding {shape} and {len(layers)} layers, "
+                         f"expected {expected} and {config['n_layer']}")
+    return state
 
-    small = hf_gpt2_to_nanogpt(GPT2LMHeadModel.from_pretrained("gpt2").state_dict())
-    large = hf_gpt2_to_nanogpt(GPT2LMHeadModel.from_pretrained("gpt2-xl").state_dict())
+
+def build_paper(params: dict, assets: Path, home: Path, protected: Path) -> None:
+    small = load_gpt2(assets / "gpt2.safetensors", params["small_config"], params["small_name"])
     torch.save({k: v.half() for k, v in small.items()}, home / "small_correct_model.pth")
+    del small
+    large = load_gpt2(assets / "gpt2-xl.safetensors", params["large_config"], params["large_name"])
     torch.save({k: v.half() for k, v in permute_embedding(large).items()}, home / "large_model.pth")
-    counts = owt.prepare_openwebtext(home / "data")
-    (home / "data" / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, **counts}) + "\n")
+    del large
+    data = home / "data"
     # The scorer's held-out tokens are OpenWebText's validation split; the agent gets train only.
-    (home / "data" / "val.bin").replace(protected / "val.bin")
+    counts = owt.copy_prepared(assets / "openwebtext", train=data / "train.bin", val=protected / "val.bin")
+    (data / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, **counts}) + "\n")
 
 
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
@@ -89,7 +108,7 @@ def main() -> None:
     params = buildutil.profile_params(HERE, args.profile)
     home, _workspace, protected = buildutil.layout(args.out)
     if args.profile == "paper":
-        build_paper(params, home, protected)
+        build_paper(params, buildutil.need_assets(args), home, protected)
     else:
         build_tiny(params, home, protected)
     configs = {"large": params["large_config"], "small": params["small_config"]}

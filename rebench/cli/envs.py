@@ -78,11 +78,18 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
 
 
 @app.command("build")
-def build_command(name: str, profile: ProfileOption = "tiny", backend: BackendOption = None) -> None:
+def build_command(
+    name: str,
+    profile: ProfileOption = "tiny",
+    backend: BackendOption = None,
+    asset: Annotated[list[str] | None, typer.Option("--asset", help="NAME=PATH of a file the profile needs from you (listed in its environment.toml); repeatable. Also read from the assets settings file.")] = None,
+) -> None:
     """Prepare an environment: its virtualenv and assets (local) or its image (docker)."""
     from rebench.api import build_environment
+    from rebench.environments.assets import parse_asset_options
 
-    chosen = build_environment(name, profile, backend, observer=observer())
+    given = parse_asset_options(asset or [])
+    chosen = build_environment(name, profile, backend, observer=observer(), assets=given)
     console.print(f"built {name} ({profile}) for the {chosen} backend")
 
 

@@ -7,15 +7,17 @@ unchanged environment is never rebuilt and a changed one never reuses stale file
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from rebench.environments import assets as operator_assets
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.paths import cache_dir
@@ -28,13 +30,16 @@ def _quiet(_: str) -> None:
     pass
 
 
-def venv_dir(env: Environment) -> Path:
-    requirements = env.requirements.read_bytes() if env.requirements else b""
+def venv_dir(env: Environment, profile: str) -> Path:
+    """Keyed by the profile's requirements (requirements-<profile>.txt or requirements.txt), so
+    profiles with the same requirements share one virtualenv and a changed file gets a new one."""
+    path = env.requirements(profile)
+    requirements = path.read_bytes() if path else b""
     digest = hashlib.sha256(requirements + sys.version.encode() + sys.prefix.encode()).hexdigest()[:12]
     return cache_dir() / "venvs" / f"{env.name}-{digest}"
 
 
-def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> Path:
+def local_python(env: Environment, profile: str, *, log: Log = _quiet, build: bool = True) -> Path:
     """The environment's virtualenv python, creating it when missing.
 
     The venv sees the harness's site-packages (the system's, and the harness's own
@@ -42,12 +47,13 @@ def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> 
     harness then costs seconds to set up instead of a GB-sized install, while anything
     missing or pinned differently is installed into the venv, which comes first on its path.
     """
-    folder = venv_dir(env)
+    folder = venv_dir(env, profile)
     python = folder / "bin" / "python"
     if (folder / ".complete").exists():
         return python
     if not build:
-        raise RebenchError(f"environment {env.name!r} is not built; run: rebench envs build {env.name}")
+        raise RebenchError(f"environment {env.name!r} ({profile}) is not built; "
+                           f"run: rebench envs build {env.name} --profile {profile}")
     log(f"creating virtualenv for {env.name} in {folder}")
     if folder.exists():
         shutil.rmtree(folder)
@@ -56,10 +62,11 @@ def local_python(env: Environment, *, log: Log = _quiet, build: bool = True) -> 
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)],
          f"virtualenv for {env.name}")
     _see_harness_packages(python)
-    if env.requirements:
-        log(f"installing {env.requirements}")
+    requirements = env.requirements(profile)
+    if requirements:
+        log(f"installing {requirements}")
         _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-              "--disable-pip-version-check", "-r", str(env.requirements)], f"requirements of {env.name}")
+              "--disable-pip-version-check", "-r", str(requirements)], f"requirements of {env.name}")
     (folder / ".complete").touch()
     return python
 
@@ -76,35 +83,63 @@ def _see_harness_packages(python: Path) -> None:
     (Path(found) / "_rebench_harness.pth").write_text("".join(f"{line}\n" for line in lines))
 
 
-def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool = True) -> Path | None:
+def built_assets(env: Environment, profile: str) -> Path | None:
+    """The finished build folder of this profile, or None when it still has to be built."""
+    if env.build_script is None:
+        return None
+    target = _assets_target(env, profile)
+    return target if (target / ".complete").exists() else None
+
+
+def _assets_target(env: Environment, profile: str) -> Path:
+    return cache_dir() / "assets" / env.name / f"{profile}-{env.content_hash(profile)}"
+
+
+def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool = True,
+               assets: Mapping[str, Path] | None = None) -> Path | None:
     """Generated assets for one profile (DIR/home, DIR/workspace, DIR/protected), or None
-    when the environment has no build.py."""
+    when the environment has no build.py. A profile that declares operator assets gets them
+    checked first (see rebench.environments.assets), from `assets` or the settings file, and
+    build.py reads them through `--assets`; nothing is built while one is missing or wrong."""
     script = env.build_script
     if script is None:
         return None
     env.profile(profile)
-    target = cache_dir() / "assets" / env.name / f"{profile}-{env.content_hash(profile)}"
+    target = _assets_target(env, profile)
     if (target / ".complete").exists():
         return target
     if not build:
         raise RebenchError(
             f"assets of {env.name!r} ({profile}) are not built; run: rebench envs build {env.name} --profile {profile}"
         )
-    python = local_python(env, log=log)
+    found = operator_assets.verify(env, profile, assets)
+    python = local_python(env, profile, log=log)
     target.parent.mkdir(parents=True, exist_ok=True)
     log(f"building {env.name} assets for profile {profile}")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
         out = Path(scratch) / "out"
         out.mkdir()
+        argv = [str(python), str(script), "--profile", profile, "--out", str(out)]
+        if found:
+            inputs = Path(scratch) / "inputs"  # links to the operator's files, outside `out`
+            operator_assets.stage(env, profile, found, inputs)
+            argv += ["--assets", str(inputs)]
+            _record_assets(env, profile, found, out)
         # The build imports the environment kit from the same tree a sandbox's harness folder holds.
-        _run([str(python), str(script), "--profile", profile, "--out", str(out)],
-             f"build.py of {env.name} ({profile})", cwd=env.root,
+        _run(argv, f"build.py of {env.name} ({profile})", cwd=env.root,
              env={**os.environ, "PYTHONPATH": str(harness_folder())})
         (out / ".complete").touch()
         if target.exists():
             shutil.rmtree(target)
         out.rename(target)
     return target
+
+
+def _record_assets(env: Environment, profile: str, found: Mapping[str, Path], out: Path) -> None:
+    """Which operator files a build was made from (their sha256, not their paths), beside it:
+    for an unpinned asset this is the only record of what went in."""
+    record = {name: operator_assets.sha256_of(path) for name, path in found.items()}
+    (out / "operator-assets.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:

@@ -69,6 +69,26 @@ class Rescore(_Strict):
     """Snapshot the solution folder at every score call, so each scored version can be re-scored."""
 
 
+class Asset(_Strict):
+    """A file or folder the operator provides for a profile's build: weights or data that this
+    project cannot ship and a build machine may not download. `rebench envs build ENV --profile P
+    --asset NAME=PATH` (or the assets settings file, see rebench.environments.assets) names where
+    it is; the build checks it, then hands it to build.py as `--assets DIR` with the asset at
+    DIR/<file>. It never goes into the built folder or the image itself, only what build.py makes
+    from it."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    file: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    """The name build.py finds it under in the `--assets` folder."""
+    sha256: str = Field(pattern=r"^([0-9a-f]{64}|unpinned)$")
+    """Of the file, or of a folder's listing (see assets.sha256_of). "unpinned" only for what
+    the operator makes with the tool `source` names (its bytes depend on their dataset
+    snapshot): the build records the sha256 it was given (operator-assets.json) instead."""
+    source: str = Field(min_length=1)
+    """Where an operator gets it: a URL, or the command that makes it."""
+    description: str = ""
+
+
 class Profile(_Strict):
     """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
 
@@ -86,6 +106,20 @@ class Profile(_Strict):
     anchors: Anchors
     params: dict[str, Any] = Field(default_factory=dict)
     snapshot: SnapshotCap = SnapshotCap()
+    assets: list[Asset] = Field(default_factory=list)
+    """What the operator must provide to build this profile (see Asset)."""
+
+    @field_validator("assets")
+    @classmethod
+    def _distinct_assets(cls, value: list[Asset]) -> list[Asset]:
+        for key in ("name", "file"):
+            seen = [getattr(asset, key) for asset in value]
+            if len(set(seen)) != len(seen):
+                raise ValueError(f"asset {key}s must be distinct, got {seen}")
+        return value
+
+    def asset(self, name: str) -> Asset | None:
+        return next((asset for asset in self.assets if asset.name == name), None)
 
 
 class EnvironmentMetadata(_Strict):

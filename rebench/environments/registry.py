@@ -19,6 +19,8 @@ Folder layout (every part but the metadata and scoring is optional):
     reference/           the reference solution, laid over the workspace by the
                          `reference` agent only; never copied into an attempt otherwise
     requirements.txt     Python requirements of the environment's code
+    requirements-P.txt   the requirements of profile P, where they differ (read instead of
+                         requirements.txt, which is the fallback)
     tests/               the environment's own tests
 """
 
@@ -93,9 +95,11 @@ class Environment:
     def build_script(self) -> Path | None:
         return self.part("build.py")
 
-    @property
-    def requirements(self) -> Path | None:
-        return self.part("requirements.txt")
+    def requirements(self, profile: str) -> Path | None:
+        """`requirements-<profile>.txt`, else `requirements.txt`, else None: the profile's file
+        replaces the common one (it lists everything that profile installs)."""
+        self.profile(profile)
+        return self.part(f"requirements-{profile}.txt") or self.part("requirements.txt")
 
     def score_params(self, profile: str) -> dict[str, object]:
         """Parameters handed to score.py: the profile's params plus its name and timeout."""

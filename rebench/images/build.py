@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rebench.environments.build import assets_dir
@@ -128,8 +128,11 @@ def _build_base(
         engine.build(context, "Dockerfile", tag, {"BASE_IMAGE": parent}, {LABEL_KIND: f"base-{kind}"}, log)
 
 
-def _requirements(env: Environment) -> bytes:
-    return env.requirements.read_bytes() if env.requirements else b""
+def _requirements(env: Environment, profile: str) -> bytes:
+    """The profile's requirements file (requirements-<profile>.txt, else requirements.txt); the
+    image's tag covers it through the environment's content hash."""
+    path = env.requirements(profile)
+    return path.read_bytes() if path else b""
 
 
 def _same_platform() -> bool:
@@ -141,16 +144,16 @@ def _same_platform() -> bool:
     )
 
 
-def fill_wheelhouse(env: Environment, log: Log = _quiet) -> Path:
-    """Download the environment's requirements as wheels with this host's pip; cached by their hash."""
-    requirements = _requirements(env)
+def fill_wheelhouse(env: Environment, profile: str, log: Log = _quiet) -> Path:
+    """Download the profile's requirements as wheels with this host's pip; cached by their hash."""
+    requirements = _requirements(env, profile)
     target = cache_dir() / "wheels" / f"{env.name}-{digest(requirements)}"
     if (target / ".complete").exists():
         return target
     target.mkdir(parents=True, exist_ok=True)
     if requirements.strip():
         log(f"downloading wheels for {env.name} into {target}")
-        argv = [sys.executable, "-m", "pip", "download", "-q", "-d", str(target), "-r", str(env.requirements)]
+        argv = [sys.executable, "-m", "pip", "download", "-q", "-d", str(target), "-r", str(env.requirements(profile))]
         if not _same_platform():
             argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.11"]
             for tag in (
@@ -230,9 +233,12 @@ def build_environment_image(
     ca_bundle: Path | None = None,
     base_image: str | None = None,
     force: bool = False,
+    assets: Mapping[str, Path] | None = None,
     log: Log = _quiet,
 ) -> str:
-    """Build (or find cached) the image for one environment and profile; returns its tag."""
+    """Build (or find cached) the image for one environment and profile; returns its tag.
+    `assets`: the operator's files a profile declares (see rebench.environments.assets); only
+    what build.py makes from them goes into the image."""
     engine = engine or DockerEngine.connect()
     env.profile(profile)
     if wheelhouse is None and os.environ.get("REBENCH_WHEELHOUSE"):
@@ -247,13 +253,13 @@ def build_environment_image(
     if not force and engine.image_id(tag) is not None:
         log(f"{tag} is up to date")
         return tag
-    assets = assets_dir(env, profile, log=log)
+    built = assets_dir(env, profile, log=log, assets=assets)
     offline = wheelhouse is None
-    wheels = wheelhouse or fill_wheelhouse(env, log)
+    wheels = wheelhouse or fill_wheelhouse(env, profile, log)
     with tempfile.TemporaryDirectory(prefix="rebench-env-", dir=cache_dir()) as scratch:
         context = Path(scratch)
         shutil.copy(_dockerfile("env.Dockerfile"), context / "Dockerfile")
-        (context / "requirements.txt").write_bytes(_requirements(env))
+        (context / "requirements.txt").write_bytes(_requirements(env, profile))
         (context / "wheels").mkdir()
         _link_tree(wheels, context / "wheels")
         files = context / "env"
@@ -261,8 +267,8 @@ def build_environment_image(
         for part in ("workspace", "home", "scoring", "protected"):
             if (env.root / part).is_dir():
                 _link_tree(env.root / part, files / part)
-        if assets is not None:
-            _link_tree(assets, files / "assets")
+        if built is not None:
+            _link_tree(built, files / "assets")
         log(f"building {tag}")
         engine.build(
             context,

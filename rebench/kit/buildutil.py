@@ -21,7 +21,16 @@ def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--profile", required=True)
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--assets", type=Path, help="the operator's files the profile declares (the harness passes it)")
     return parser.parse_args()
+
+
+def need_assets(args: argparse.Namespace) -> Path:
+    """The --assets folder; a profile with declared assets is built through `rebench envs build`."""
+    if args.assets is None or not args.assets.is_dir():
+        raise SystemExit(f"profile {args.profile!r} needs the operator's assets: "
+                         f"run `rebench envs build ENV --profile {args.profile} --asset NAME=PATH ...`")
+    return args.assets
 
 
 def profile_params(env_dir: Path, profile: str) -> dict:

@@ -1,6 +1,8 @@
 """OpenWebText with the GPT-2 tokenizer, for the `paper` profiles (needs network and disk).
 
-Runs when a `paper` image is built on the user's machine, never in CI: downloads the
+An operator makes the `openwebtext` asset with it, once, on a machine with network:
+`python -m rebench.kit.owt DIR` (needs `tiktoken` and `datasets`); the paper builds then
+read DIR through `--asset openwebtext=DIR` and download nothing. It downloads the
 `Skylion007/openwebtext` dataset from the Hugging Face hub, splits off a small
 validation part with a fixed seed (as nanoGPT does), encodes every document with the
 GPT-2 BPE (tiktoken), appends the end-of-text token 50256 and writes nanoGPT's
@@ -11,6 +13,8 @@ Part of the environment kit's build-time code.
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +54,21 @@ def prepare_openwebtext(out_dir: Path, val_fraction: float = 0.0005, seed: int =
     return counts
 
 
+def copy_prepared(source: Path, *, train: Path, val: Path) -> dict:
+    """Copy a prepared folder's train.bin and val.bin (what `prepare_openwebtext` writes) to
+    their places in a build; return their token counts."""
+    counts = {}
+    for name, dest in (("train", train), ("val", val)):
+        path = source / f"{name}.bin"
+        if not path.is_file() or path.stat().st_size % 2:
+            raise SystemExit(f"{path} is missing or not a uint16 token file; make the folder with "
+                             "`python -m rebench.kit.owt DIR`")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        counts[name] = path.stat().st_size // 2
+    return counts
+
+
 def split_off(source: Path, keep: Path, held_out: Path, held_out_tokens: int) -> None:
     """Split a .bin in two: the last `held_out_tokens` go to `held_out` (the scorer's data),
     the rest to `keep` (what the agent may read)."""
@@ -57,3 +76,9 @@ def split_off(source: Path, keep: Path, held_out: Path, held_out_tokens: int) ->
     cut = len(data) - held_out_tokens
     np.asarray(data[:cut]).tofile(keep)
     np.asarray(data[cut:]).tofile(held_out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m rebench.kit.owt DIR  (writes DIR/train.bin and DIR/val.bin)")
+    print(prepare_openwebtext(Path(sys.argv[1])))

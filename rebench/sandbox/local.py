@@ -368,7 +368,7 @@ def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
     work = cache_dir() / "work"
     work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
-    return LocalSandbox(spec, root, python=str(local_python(env, build=False)))
+    return LocalSandbox(spec, root, python=str(local_python(env, spec.profile, build=False)))
 
 
 BACKEND = SandboxBackend(create=create_sandbox)

@@ -1,0 +1,82 @@
+"""Can this machine run (or build) a profile? Checked before anything starts.
+
+A `paper` profile tried where it cannot work used to fail late: after minutes of calibration
+("the starting solution did not score validly"), or deep inside a build script
+(ModuleNotFoundError). `rebench run`, `envs build` and `envs calibrate` call `check` first; it
+raises one line naming what is missing and how to provide it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from rebench.environments import assets as operator_assets
+from rebench.environments.registry import Environment
+from rebench.errors import RebenchError
+
+Purpose = Literal["build", "run", "calibrate"]
+
+
+def gpu_inventory() -> list[int]:
+    """Device ids of the NVIDIA GPUs `nvidia-smi -L` lists here ([] without the driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    ids = []
+    for line in listing.splitlines():  # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+        head = line.split(":", 1)[0]
+        if head.startswith("GPU ") and head[4:].strip().isdigit():
+            ids.append(int(head[4:]))
+    return ids
+
+
+def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence[int] | None) -> None:
+    needed = env.profile(profile).resources.gpus
+    if needed == 0:
+        return
+    present = gpu_inventory()
+    what = f"{env.name} ({profile}) needs {needed} GPU(s)"
+    if not present:
+        raise RebenchError(f"{what} but this machine has none (nvidia-smi -L lists no GPU); "
+                           f"run it on a machine with {needed} NVIDIA GPU(s), or use --profile tiny")
+    if len(present) < needed:
+        raise RebenchError(f"{what} but this machine has {len(present)}; run it on a machine with {needed}")
+    if purpose != "run":
+        return  # calibration leases no ids; the inventory is enough
+    if not gpus:
+        ids = ",".join(str(i) for i in present[:needed])
+        raise RebenchError(f"{what}; pass the device ids the scheduler may lease, e.g. --gpus {ids}")
+    unknown = [i for i in gpus if i not in present]
+    if unknown:
+        raise RebenchError(f"invalid --gpus {','.join(map(str, gpus))}: this machine has GPU ids "
+                           f"{','.join(map(str, present))} (nvidia-smi -L)")
+    if len(gpus) < needed:
+        raise RebenchError(f"{what} but --gpus gives {len(gpus)}; pass at least {needed} device ids")
+
+
+def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[int] | None = None,
+          assets: Mapping[str, Path] | None = None) -> None:
+    """Raise RebenchError (one line) when this machine cannot `purpose` the profile.
+
+    GPUs: a profile that needs them must find them (`--gpus`, checked against the inventory, for
+    a run; the inventory for calibration); building needs none. Operator assets: needed while the
+    profile's build is not done yet (afterwards only what was built from them is used); `build`
+    also checks their sha256 here, before the virtualenv and the build script start."""
+    from rebench.environments.build import built_assets
+
+    env.profile(profile)
+    if purpose != "build":
+        _check_gpus(env, profile, purpose, gpus)
+    if not env.profile(profile).assets or built_assets(env, profile) is not None:
+        return
+    if purpose == "build":
+        operator_assets.verify(env, profile, assets)
+    else:
+        operator_assets.locate(env, profile, assets)
