@@ -1,4 +1,6 @@
-"""Build Restricted MLM's assets: `python build.py --profile P --out DIR`.
+"""Build Restricted MLM's assets: `python build.py --profile P --out DIR [--assets IN]`.
+
+paper: OpenWebText from the operator's `openwebtext` asset in IN (`python -m rebench.kit.owt`).
 
 DIR/home:      data/train.bin, data/val.bin (+ meta.json, vocab.json), profile_params.json
 DIR/workspace: basic_model.pt / basic_model.json, the trained starting MLP
@@ -19,11 +21,11 @@ sys.path.insert(0, str(HERE / "workspace"))
 from train import train_basic  # noqa: E402  (the agent's starting train.py trains the starting model)
 
 
-def build_paper(home: Path, protected: Path) -> None:
+def build_paper(assets: Path, home: Path, protected: Path) -> None:
     from rebench.kit import owt
 
     data = home / "data"
-    counts = owt.prepare_openwebtext(data)
+    counts = owt.copy_prepared(assets / "openwebtext", train=data / "train.bin", val=data / "val.bin")
     (data / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, **counts}) + "\n")
     # Held-out scoring tokens: the last 4M tokens of the validation split; the agent keeps the rest.
     owt.split_off(data / "val.bin", data / "val_visible.bin", protected / "heldout.bin", 4_000_000)
@@ -46,7 +48,7 @@ def main() -> None:
     home, workspace, protected = buildutil.layout(args.out)
     buildutil.seed_everything(0)
     if args.profile == "paper":
-        build_paper(home, protected)
+        build_paper(buildutil.need_assets(args), home, protected)
     else:
         build_tiny(params, home, protected)
     buildutil.write_params(home, args.profile, params)

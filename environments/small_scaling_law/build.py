@@ -1,4 +1,4 @@
-"""Build the Scaling Law Experiment's assets: `python build.py --profile P --out DIR`.
+"""Build the Scaling Law Experiment's assets: `python build.py --profile P --out DIR [--assets IN]`.
 
 DIR/home gets the token data (read-only for the agent), the task constants and
 the FLOPs-cap module's constants; DIR/workspace gets the default answer.
@@ -32,10 +32,11 @@ def build_tiny_data(data_dir: Path) -> None:
     corpus.WordTokenizer.for_spec(spec).save(data_dir / "vocab.json")
 
 
-def build_paper_data(data_dir: Path) -> None:
+def build_paper_data(assets: Path, data_dir: Path) -> None:
+    """OpenWebText from the operator's `openwebtext` asset (`python -m rebench.kit.owt`)."""
     from rebench.kit import owt
 
-    owt.prepare_openwebtext(data_dir)
+    owt.copy_prepared(assets / "openwebtext", train=data_dir / "train.bin", val=data_dir / "val.bin")
     (data_dir / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, "eot_token": owt.EOT}) + "\n")
 
 
@@ -44,7 +45,7 @@ def main() -> None:
     params = buildutil.profile_params(HERE, args.profile)
     home, workspace, _protected = buildutil.layout(args.out)
     if args.profile == "paper":
-        build_paper_data(home / "data")
+        build_paper_data(buildutil.need_assets(args), home / "data")
     else:
         build_tiny_data(home / "data")
     (home / "scaling_constants.json").write_text(json.dumps(constants(params), indent=2) + "\n", encoding="utf-8")
