@@ -47,8 +47,8 @@ def hf_gpt2_to_nanogpt(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
     out = {}
     for key, value in hf_state.items():
-        if key.endswith(("attn.bias", "attn.masked_bias")) or key == "lm_head.weight":
-            continue  # causal-mask buffers, and the tied head
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue  # causal-mask buffers (not `attn.c_attn.bias`, a real parameter), and the tied head
         name = key if key.startswith("transformer.") else f"transformer.{key}"
         out[name] = value.t().contiguous() if key.endswith(transposed) else value
     return out
