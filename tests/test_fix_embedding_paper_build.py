@@ -5,10 +5,13 @@ OpenWebText folder of random tokens. Nothing here can download the real 6 GB fil
 
 The paper image itself needs CUDA PyTorch and a GPU base image, which cannot be built here. The
 Docker test therefore builds the paper profile of a copy of the environment whose only changes
-are: `gpus = 0` (so the image is made from the CPU base, with the CPU PyTorch wheel), model
-configs that match the small checkpoints, and the small files' sha256 in place of the real ones.
-The build step (build.py --profile paper) and the image recipe are the real ones; the test then
-searches every file of the image for the unpermuted GPT-2 XL embedding.
+are: `gpus = 0` (so the image is made from the CPU base), the tiny profile's requirements (CPU
+PyTorch; the image's pip layer is then the tiny image's, cached, instead of minutes of installing;
+the build step gets `safetensors` from the harness's environment), model configs that match the
+small checkpoints, and the small files' sha256 in place of the real ones. The build step
+(build.py --profile paper, with the harness's asset checks and staging) and the image recipe are
+the real ones; the test then searches every file of the image for the unpermuted GPT-2 XL
+embedding.
 """
 
 from __future__ import annotations
@@ -92,13 +95,14 @@ def _paper_copy(envs: Path, small: Path, large: Path) -> Path:
     """The environment with a CPU paper profile sized for the small checkpoints (see the docstring)."""
     folder = envs / "fix_embedding"
     shutil.copytree(REPO / "environments" / "fix_embedding", folder,
-                    ignore=shutil.ignore_patterns("__pycache__", "tests"))
+                    ignore=shutil.ignore_patterns("__pycache__", "tests", "requirements-paper.txt"))
     toml = folder / "environment.toml"
     text = toml.read_text()
     paper, tiny = text.split("[profiles.tiny]", 1)
 
     def inline(config: dict) -> str:
-        return "{ " + ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items()) + " }"
+        fields = (f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items())
+        return "{ " + ", ".join(fields) + " }"
 
     paper = paper.replace("resources = { gpus = 1,", "resources = { gpus = 0,")
     paper = re.sub(r"^large_config = .*$", f"large_config = {inline(LARGE)}", paper, flags=re.M)
