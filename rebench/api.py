@@ -210,9 +210,9 @@ def calibrate(environment: str | Environment, profile: str = "tiny", backend: st
     from rebench.preflight import check
 
     env = _environment(environment, profile)
-    check(env, profile, "calibrate")
     observer = observer or Observer()
     chosen = choose_backend(backend, observer)
+    check(env, profile, "calibrate", backend=chosen)
     if build:
         _build(env, profile, chosen, observer)
     with using_store(db) as store:
@@ -289,10 +289,10 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     # 1. validate: nothing is built or written before every name, the agent and the model check out
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
-    for env in envs:
-        preflight.check(env, spec.profile, "run", gpus=spec.gpus)
     _check_agent(spec.agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
+    for env in envs:
+        preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend)
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()

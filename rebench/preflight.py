@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -61,12 +62,42 @@ def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence
         raise RebenchError(f"{what} but --gpus gives {len(gpus)}; pass at least {needed} device ids")
 
 
+_TORCH_PROBE = "import torch; print(torch.version.cuda or '', torch.cuda.is_available())"
+
+
+def _check_local_torch(env: Environment, profile: str) -> None:
+    """A GPU profile on the local backend runs the environment's virtualenv, which reuses the
+    harness's PyTorch where the versions match: a CPU build there would run the paper task on
+    the CPU (or fail after calibrating). Only for profiles whose requirements name torch."""
+    from rebench.environments.build import local_python
+
+    requirements = env.requirements(profile)
+    names = [line.split("#")[0].strip().lower() for line in requirements.read_text().splitlines()] \
+        if requirements else []
+    if not any(name.startswith("torch") and not name.startswith("torchvision") for name in names):
+        return
+    try:
+        python = str(local_python(env, profile, build=False))
+    except RebenchError:
+        python = sys.executable  # not built yet: the virtualenv will see the harness's torch
+    probe = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120)
+    cuda, _, available = probe.stdout.strip().rpartition(" ")
+    if probe.returncode != 0 or not cuda:
+        raise RebenchError(f"{env.name} ({profile}) runs on the GPU but the local backend's PyTorch "
+                           f"({python}) is {'missing' if probe.returncode else 'a CPU build'}; install "
+                           "PyTorch's CUDA build into the harness's environment, or use --backend docker")
+    if available != "True":
+        raise RebenchError(f"{env.name} ({profile}): PyTorch (CUDA {cuda}) cannot use the GPU here "
+                           "(torch.cuda.is_available() is False); check the NVIDIA driver")
+
+
 def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[int] | None = None,
-          assets: Mapping[str, Path] | None = None) -> None:
+          assets: Mapping[str, Path] | None = None, backend: str | None = None) -> None:
     """Raise RebenchError (one line) when this machine cannot `purpose` the profile.
 
     GPUs: a profile that needs them must find them (`--gpus`, checked against the inventory, for
-    a run; the inventory for calibration); building needs none. Operator assets: needed while the
+    a run; the inventory for calibration), and on the local backend a CUDA PyTorch that sees
+    them; building needs none. Operator assets: needed while the
     profile's build is not done yet (afterwards only what was built from them is used); `build`
     also checks their sha256 here, before the virtualenv and the build script start."""
     from rebench.environments.build import built_assets
@@ -74,6 +105,8 @@ def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[in
     env.profile(profile)
     if purpose != "build":
         _check_gpus(env, profile, purpose, gpus)
+        if backend == "local" and env.profile(profile).resources.gpus:
+            _check_local_torch(env, profile)
     if not env.profile(profile).assets or built_assets(env, profile) is not None:
         return
     if purpose == "build":

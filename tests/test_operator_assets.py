@@ -257,3 +257,22 @@ def test_gpu_profile_checks_gpus_against_the_inventory(fixture_envs: Path, one_g
     toml.write_text(two)
     short = run_cli(*argv, "--gpus", "0", env=one_gpu)
     assert "needs 2 GPU(s) but this machine has 1" in _error_line(short.stderr)
+
+
+def test_gpu_profile_on_the_local_backend_needs_a_cuda_pytorch(fixture_envs: Path, one_gpu: dict[str, str],
+                                                               db_path: Path) -> None:
+    """The inventory lists a GPU (stand-in), but the local backend would run the harness's CPU
+    PyTorch (this machine's): refused before calibrating or building, naming the fix."""
+    folder = fixture_envs / "counter"
+    toml = folder / "environment.toml"
+    toml.write_text(toml.read_text().replace("[profiles.lower]\nresources = { gpus = 0",
+                                             "[profiles.lower]\nresources = { gpus = 1"))
+    (folder / "requirements-lower.txt").write_text("torch\n")
+    result = run_cli("run", "--env", "counter", "--profile", "lower", "--agent", "reference", "--budget", "1m",
+                     "--backend", "local", "--gpus", "0", "--db", str(db_path), env=one_gpu)
+    assert result.returncode == 2
+    line = _error_line(result.stderr)
+    assert "PyTorch" in line and "CPU build" in line and "--backend docker" in line
+    calibrate = run_cli("envs", "calibrate", "counter", "--profile", "lower", "--backend", "local",
+                        "--db", str(db_path), env=one_gpu)
+    assert "CPU build" in _error_line(calibrate.stderr)
