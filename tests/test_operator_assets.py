@@ -77,6 +77,7 @@ def _error_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_profile_requirements_file_replaces_the_common_one(fixture_envs: Path, isolated_cache: Path) -> None:
     """`requirements-<profile>.txt` is what that profile's virtualenv installs (and keys it);
     other profiles keep `requirements.txt`."""
@@ -276,3 +277,26 @@ def test_gpu_profile_on_the_local_backend_needs_a_cuda_pytorch(fixture_envs: Pat
     calibrate = run_cli("envs", "calibrate", "counter", "--profile", "lower", "--backend", "local",
                         "--db", str(db_path), env=one_gpu)
     assert "CPU build" in _error_line(calibrate.stderr)
+
+
+@pytest.mark.slow
+def test_scaling_law_paper_build_reads_the_openwebtext_folder(tmp_path: Path, isolated_cache: Path) -> None:
+    """An unpinned folder asset (made by the operator's `python -m rebench.kit.owt`): a small one
+    of random GPT-2 token ids here. The build copies it into place and records its sha256."""
+    import numpy as np
+
+    from rebench.environments.assets import sha256_of
+
+    owt = tmp_path / "owt"
+    owt.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("train", "val"):
+        rng.integers(0, 50257, 5000, dtype=np.uint16).tofile(owt / f"{name}.bin")
+    result = run_cli("envs", "build", "small_scaling_law", "--profile", "paper", "--backend", "local",
+                     "--asset", f"openwebtext={owt}", env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")},
+                     timeout=600)
+    assert result.returncode == 0, result.stderr
+    (built,) = (isolated_cache / "assets" / "small_scaling_law").glob("paper-*")
+    for name in ("train", "val"):
+        assert (built / "home" / "data" / f"{name}.bin").read_bytes() == (owt / f"{name}.bin").read_bytes()
+    assert sha256_of(owt) in (built / "operator-assets.json").read_text()
