@@ -52,7 +52,7 @@ def local_python(env: Environment, profile: str, *, log: Log = _quiet, build: bo
     if (folder / ".complete").exists():
         return python
     if not build:
-        raise RebenchError(f"environment {env.name!r} ({profile}) is not built; "
+        raise RebenchError(f"environment {env.name!r} is not built for profile {profile!r}; "
                            f"run: rebench envs build {env.name} --profile {profile}")
     log(f"creating virtualenv for {env.name} in {folder}")
     if folder.exists():
