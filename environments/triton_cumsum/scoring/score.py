@@ -21,6 +21,11 @@ of every process descended from it (this process is a child subreaper, so helper
 that double-fork or start their own session stay in that tree), but never less
 than the wall time divided by the cores the scorer may use. Every process of the
 solution is killed when scoring ends.
+
+Before the solution is imported, a do-nothing prefix_sum in the child is timed along the
+same path, and its median is reported as `harness_overhead_ms`: the share of each call that
+is the harness's own (process-to-process messages, buffers), which RE-Bench's in-process
+timing did not have. It is reported beside the score, not subtracted from it.
 """
 
 from __future__ import annotations
