@@ -2,8 +2,11 @@
 
 The scorer charges CPU time from before the input is handed over until the result has
 been copied out of the child; a bare in-process call is the lower bound. This prints
-both medians per solution, so the overhead the anchors absorb is visible, and the ratio of the
-starting solution's scored time to the reference's (what the anchors rest on).
+both medians per solution, so the overhead the anchors absorb is visible, the harness's share
+the scorer reports (`harness_overhead_ms`, a do-nothing prefix_sum on the same path), the
+seconds one scoring call takes (child start, import, all calls and checks; the final rule
+multiplies scoring calls, so this must not grow), and the ratio of the starting solution's
+scored time to the reference's (what the anchors rest on).
 
     python benchmarks/kernel_scoring_overhead.py [--rounds 3] [--baseline GIT-REVISION]
 
@@ -82,19 +85,30 @@ def main() -> None:
         if args.baseline:
             scorers[args.baseline] = _scorer_at(args.baseline, Path(old))
         scored: dict[tuple[str, str], list[float]] = {}
+        seconds: dict[tuple[str, str], list[float]] = {}
+        overhead: dict[tuple[str, str], list[float]] = {}
         bare: dict[str, list[float]] = {}
         for _ in range(args.rounds):  # scorers and solutions in turns, so a busy spell hits all alike
             for folder in ("workspace", "reference"):
                 for name, score in scorers.items():
                     ctx = {**params, "solution": str(ENV / folder),
                            "confine_command": score_helper.confine_command(protected)}
-                    scored.setdefault((name, folder), []).append(score.score(ctx)["message"]["time_ms"])
+                    started = time.perf_counter()
+                    message = score.score(ctx)["message"]
+                    seconds.setdefault((name, folder), []).append(time.perf_counter() - started)
+                    scored.setdefault((name, folder), []).append(message["time_ms"])
+                    if "harness_overhead_ms" in message:
+                        overhead.setdefault((name, folder), []).append(message["harness_overhead_ms"])
                 bare.setdefault(folder, []).append(
                     bare_ms(folder, int(params["n_elements"]), int(params["timed_calls"])))
     print(f"median of {args.rounds} rounds; in-process: the solution called bare in this process")
     for folder in ("workspace", "reference"):
         figures = "   ".join(f"{name}: {statistics.median(scored[name, folder]):7.2f} ms" for name in scorers)
         print(f"{folder:9}  {figures}   in-process: {statistics.median(bare[folder]):7.2f} ms")
+        for name in scorers:
+            share = f", harness share {statistics.median(overhead[name, folder]):.2f} ms" \
+                if overhead.get((name, folder)) else ""
+            print(f"{'':9}  {name} scorer: {statistics.median(seconds[name, folder]):.2f} s per scoring call{share}")
     # The anchors rest on this ratio: a change of scoring must leave it within 10%.
     ratios = {name: statistics.median(scored[name, "workspace"]) / statistics.median(scored[name, "reference"])
               for name in scorers}

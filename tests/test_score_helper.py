@@ -113,6 +113,11 @@ def test_kernel_starting_and_reference_solutions_are_exact(tmp_path: Path, sourc
                         timeout=60)
     assert result["raw"] is not None and result["message"]["correct"] is True
     assert len(result["details"]["times_ms"]) == 3
+    assert result["message"]["harness_overhead_ms"] > 0, result
+    # Nothing but Python's own bytecode cache is written beside the solution (no JIT cache: the
+    # folder is the agent's submission, snapshotted at each score call).
+    written = {path.suffix for path in solution.rglob("*") if path.is_file() and path.name != "solution.py"}
+    assert written <= {".pyc"}, written
 
 
 def test_profile_scoring_env_reaches_the_scoring_process(tmp_path: Path) -> None:

@@ -28,7 +28,6 @@ from ..docker_support import base_image, docker_engine
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = REPO / "environments" / "triton_cumsum"
-REFERENCE = (ENV / "reference" / "solution.py").read_text(encoding="utf-8")
 # Scores are ln(ms): the hostile solution must not be more than 25% faster than the honest one.
 NOISE = math.log(1.25)
 
@@ -39,6 +38,13 @@ def _reference(x):
     parity.sub_(is_positive.to(torch.int32)).bitwise_and_(1)
     parity.mul_(x)
     return torch.cumsum(parity, dim=0, dtype=torch.int32)
+'''
+# The honest baseline runs the hostile cases' own algorithm in the call (the environment's reference
+# is a faster Numba kernel, beside which a hostile PyTorch solution would look slow whatever it hid).
+HONEST = '"""Honest: the same algorithm, computed in the call."""\nimport torch\n' + _ALGORITHM + '''
+
+def prefix_sum(x):
+    return _reference(x)
 '''
 
 # At import: fork a helper that maps the scorer's shared input/output buffers (found by name among
@@ -234,7 +240,7 @@ def _helpers_left(marker: str) -> list[int]:
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_hostile_helpers_gain_nothing_when_scored_locally(tmp_path: Path, attack: str) -> None:
     source = ATTACKS[attack]
-    honest = [_score_locally(tmp_path, f"honest{i}", REFERENCE) for i in range(2)]
+    honest = [_score_locally(tmp_path, f"honest{i}", HONEST) for i in range(2)]
     hostile = [_score_locally(tmp_path, f"hostile{i}", source) for i in range(2)]
     assert_no_gain([r["raw"] for r in honest], [r["raw"] for r in hostile])
     for result in hostile:
@@ -268,7 +274,7 @@ def replay(tmp_path: Path, hostile: str) -> tuple[dict[str, Any], list[dict[str,
     """One attempt that scores the honest reference twice and the hostile solution twice, in turns."""
     actions: list[Any] = []
     for _ in range(2):
-        actions += [{"write_file": {"path": "solution.py", "content": REFERENCE}}, {"score": {}},
+        actions += [{"write_file": {"path": "solution.py", "content": HONEST}}, {"score": {}},
                     {"write_file": {"path": "solution.py", "content": hostile}}, {"score": {}},
                     {"bash": f"ps -o pid= -u {SUBJECT} | wc -l >> {LEFT_FILE}"}]
     actions.append({"submit": None})

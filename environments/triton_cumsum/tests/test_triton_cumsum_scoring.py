@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +53,57 @@ def test_hand_computed_case() -> None:
     assert score.reference_prefix_sum(x).tolist() == [0, -2, 3, 3, -1, -1, 1]
 
 
+def int64_definition(x: np.ndarray) -> np.ndarray:
+    """The definition as RE-Bench's PyTorch reference computes it: int64 sums, narrowed at the end."""
+    is_positive = (x > 0).astype(np.int64)
+    included = x.astype(np.int64) * ((np.cumsum(is_positive) - is_positive) % 2)
+    return np.cumsum(included).astype(np.int32)
+
+
+def test_int32_expected_answers_equal_the_int64_definition_even_when_sums_overflow() -> None:
+    generator = np.random.Generator(np.random.PCG64(5))
+    x = score.random_input(100_000, generator)
+    assert np.array_equal(score.reference_prefix_sum(x), int64_definition(x))
+    extreme = generator.integers(-2**31, 2**31, size=10_000, dtype=np.int32)  # int32 sums overflow here
+    assert np.array_equal(score.reference_prefix_sum(extreme), int64_definition(extreme))
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("folder", ["workspace", "reference"])
-def test_shipped_solutions_are_exact(folder: str) -> None:
+@pytest.mark.parametrize("n", [1, 2, 50_000])
+def test_shipped_solutions_are_exact(folder: str, n: int) -> None:
     solution = _load(HERE / folder / "solution.py", f"kernel_{folder}")
-    x = score.random_input(50_000, np.random.Generator(np.random.PCG64(9)))
+    x = score.random_input(n, np.random.Generator(np.random.PCG64(9)))
     actual = solution.prefix_sum(torch.from_numpy(x))
-    assert actual.dtype == torch.int32
+    assert actual.dtype == torch.int32 and actual.shape == (n,)
     assert score.check_output(score.reference_prefix_sum(x), actual.numpy()) is None
+
+
+@pytest.mark.torch
+def test_the_reference_is_one_numba_loop_compiled_at_import() -> None:
+    """The tiny profile's reference is a kernel (one compiled pass), not rearranged PyTorch calls;
+    it is compiled when imported, before any timed call. Its CUDA fallback is exact too."""
+    numba = pytest.importorskip("numba")
+    reference = _load(HERE / "reference" / "solution.py", "kernel_reference_numba")
+    assert isinstance(reference._scan, numba.core.registry.CPUDispatcher)
+    assert len(reference._scan.signatures) == 1  # compiled eagerly, for int32 arrays
+    x = score.random_input(10_000, np.random.Generator(np.random.PCG64(4)))
+    out = np.empty_like(x)
+    reference._scan(x, out)
+    assert np.array_equal(out, score.reference_prefix_sum(x))
+    assert np.array_equal(reference._few_passes(torch.from_numpy(x)).numpy(), out)
+
+
+def test_paper_requirements_pin_the_versions_its_text_names() -> None:
+    """RE-Bench told agents "Triton 2.3.1 is installed"; the paper profile installs what it says."""
+    pins = {}
+    for line in (HERE / "requirements-paper.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            pins[name.lower()] = version
+    hint = tomllib.loads((HERE / "environment.toml").read_text())["profiles"]["paper"]["params"]["framework_hint"]
+    named = dict(re.findall(r"(Triton|PyTorch) (\d+\.\d+\.\d+)", hint))
+    assert named == {"Triton": pins["triton"], "PyTorch": pins["torch"]}, (named, pins)
 
 
 def test_check_output_names_what_is_wrong() -> None:
@@ -352,8 +397,9 @@ def test_the_paper_protocol_loads_the_input_before_the_clock_and_checks_the_answ
     """The `paper` profile's path (input put on the device before the clock starts) cannot run on
     CUDA here; the same messages run on the CPU."""
     ctx = _ctx(tmp_path, (HERE / "reference" / "solution.py").read_text())
-    worker = score.KernelWorker(ctx, "cpu", 50_000, 20.0, preload=True)
+    worker = score.KernelWorker(ctx, "cpu", 50_000, 20.0, preload=True, overhead_calls=2, timer=timer)
     try:
+        assert len(worker.overhead_ms) == 2 and all(0 < ms < 20_000 for ms in worker.overhead_ms)
         x = score.random_input(50_000, np.random.Generator(np.random.PCG64(3)))
         actual, problem, wall_s, cpu_s = worker.call(x, 20.0, timer)
         assert problem is None and score.check_output(score.reference_prefix_sum(x), actual) is None
@@ -369,3 +415,33 @@ def test_tick_counted_cpu_time_is_charged_with_a_tick_to_spare() -> None:
     tick = 1 / os.sysconf("SC_CLK_TCK")
     assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.5)) == pytest.approx(0.25)  # nothing reaped: exact
     assert score.ProcessTree.cpu_spent((1.0, 0.5), (1.25, 0.6)) == pytest.approx(0.35 + tick)
+
+
+
+# Slow down every reply the solution's process sends, which would inflate the harness's share
+# if it were measured once the solution had been imported.
+SLOW_REPLIES = """
+import json
+import time
+
+_dumps = json.dumps
+
+
+def _late_dumps(*args, **kwargs):  # every reply of the worker's loop is encoded with it
+    time.sleep(0.3)
+    return _dumps(*args, **kwargs)
+
+
+json.dumps = _late_dumps
+""" + (HERE / "workspace" / "solution.py").read_text()
+
+
+@pytest.mark.torch
+def test_the_harness_overhead_is_timed_before_the_solution_is_imported_and_reported(tmp_path: Path) -> None:
+    result = score.score(_ctx(tmp_path, SLOW_REPLIES, timer="wall", warmup_calls=0, timed_calls=1))
+    assert result["raw"] is not None, result
+    overhead = result["message"]["harness_overhead_ms"]
+    assert overhead == pytest.approx(result["details"]["harness_overhead_ms"], abs=1e-3)
+    assert len(result["details"]["overhead_times_ms"]) == 3
+    assert 0 < overhead < 150, result["details"]  # none of the solution's 300 ms delays
+    assert result["details"]["times_ms"][0] >= 300, result["details"]  # while its calls pay them
