@@ -33,7 +33,7 @@ def run_replay(tmp_path: Path, db: Path, actions: list, *extra: str) -> subproce
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump({"actions": actions}))
     return run_cli("run", "--env", "counter", "--agent", "replay", "--agent-arg", f"script={script}",
-                   "--budget", "2m", "--backend", "local", "--db", str(db), *extra,
+                   "--budget", "2m", "--backend", "local", "--db", str(db), "--no-calibrate", *extra,
                    env={"REBENCH_ENVIRONMENTS": os.environ["REBENCH_ENVIRONMENTS"]})
 
 
@@ -134,6 +134,15 @@ def test_final_rule_option_opts_a_profile_in(fixture_envs: Path, tmp_path: Path,
     assert not other.exists() or rows(other, "select count(*) from attempts") == [(0,)]
 
 
+def final_snapshot_taken(db: Path) -> bool:
+    """The final snapshot is recorded just before re-scoring starts."""
+    try:
+        return rows(db, "select count(*) from events where kind = 'snapshot' "
+                        "and json_extract(data, '$.score_id') is null") != [(0,)]
+    except sqlite3.OperationalError:  # not created yet
+        return False
+
+
 def test_interrupt_while_rescoring_leaves_a_rule_only_row(fixture_envs: Path, tmp_path: Path,
                                                           db_path: Path) -> None:
     script = tmp_path / "script.yaml"
@@ -142,13 +151,11 @@ def test_interrupt_while_rescoring_leaves_a_rule_only_row(fixture_envs: Path, tm
         {"write_file": {"path": "value.txt", "content": slow}}, {"score": {}}, {"submit": None}]}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "rebench.cli.app", "run", "--env", "counter", "--agent", "replay", "--agent-arg",
-         f"script={script}", "--profile", "rescore", "--budget", "2m", "--backend", "local", "--db", str(db_path)],
+         f"script={script}", "--profile", "rescore", "--budget", "2m", "--backend", "local", "--db", str(db_path),
+         "--no-calibrate"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # the final snapshot is recorded just before re-scoring starts
-        if db_path.exists() and rows(db_path, "select count(*) from events where kind = 'snapshot' "
-                                              "and json_extract(data, '$.score_id') is null") != [(0,)]:
-            break
+    while time.monotonic() < deadline and not final_snapshot_taken(db_path):
         time.sleep(0.05)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
@@ -159,3 +166,28 @@ def test_interrupt_while_rescoring_leaves_a_rule_only_row(fixture_envs: Path, tm
     assert (status, final_raw, final_rule, rule_raw) == ("interrupted", 9.0, "best", 9.0)
     notes = [json.loads(d)["message"] for (d,) in rows(db_path, "select data from events where kind = 'note'")]
     assert any("re-scoring interrupted" in n for n in notes), (notes, err)
+
+
+def test_reference_agent_leaves_the_repeats_to_the_final_rule(fixture_envs: Path, db_path: Path) -> None:
+    """A timing profile under rescore_best: the reference scores once and the harness re-scores it."""
+    result = run_cli("run", "--env", "counter", "--agent", "reference", "--profile", "rescore", "--budget", "1m",
+                     "--backend", "local", "--db", str(db_path), "--no-calibrate")
+    assert result.returncode == 0, result.stderr
+    kinds = rows(db_path, "select kind, count(*) from score_events group by kind order by kind")
+    assert kinds == [("baseline", 1), ("intermediate", 1), ("rescore", 3)]
+    assert rows(db_path, "select final_raw, final_rule from attempts") == [(11.0, "rescore_best")]
+
+
+def test_calibration_takes_the_median_under_rescore_best(fixture_envs: Path, db_path: Path) -> None:
+    from rebench.calibration import calibration_repeats, save_calibration
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.store.db import Store
+
+    env = EnvironmentRegistry().get("counter")
+    assert calibration_repeats(env, "rescore") == 3 and calibration_repeats(env, "tiny") == 3
+    assert calibration_repeats(env, "rescore", 7) == 7
+    store = Store(db_path)
+    median = save_calibration(store, env, "rescore", [1.0, 3.0, 2.0], [9.0, 12.0, 11.0])
+    best = save_calibration(store, env, "tiny", [1.0, 3.0, 2.0], [9.0, 12.0, 11.0])
+    assert (median.start_raw, median.reference_raw) == (2.0, 11.0)
+    assert (best.start_raw, best.reference_raw) == (3.0, 12.0)
