@@ -150,7 +150,6 @@ class AttemptRecorder:
         row = ScoreEvent(attempt_id=self.attempt_id, kind=kind, working_s=self.clock.working_seconds(),
                          raw=result.raw if result.valid else None, valid=result.valid,
                          message=result.message, details=details, duration_s=result.duration_s)
-
         return self._add(row)
 
     def pause_started(self, interval: PauseInterval) -> int:

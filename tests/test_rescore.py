@@ -191,3 +191,33 @@ def test_calibration_takes_the_median_under_rescore_best(fixture_envs: Path, db_
     best = save_calibration(store, env, "tiny", [1.0, 3.0, 2.0], [9.0, 12.0, 11.0])
     assert (median.start_raw, median.reference_raw) == (2.0, 11.0)
     assert (best.start_raw, best.reference_raw) == (3.0, 12.0)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_docker_rescore_kills_the_agent_and_uses_the_snapshots(fixture_envs: Path, tmp_path: Path,
+                                                               db_path: Path) -> None:
+    """The same on the Docker backend: the agent's background writer (its own session, as the agent
+    user) is killed before re-scoring, and the file it changed after the last score call is not scored."""
+    from .docker_support import base_image, docker_engine
+
+    base_image(docker_engine())
+    env = {"REBENCH_ENVIRONMENTS": str(fixture_envs)}
+    built = run_cli("envs", "build", "counter", "--profile", "rescore", "--backend", "docker", env=env)
+    assert built.returncode == 0, built.stderr
+    script = tmp_path / "script.yaml"
+    writer = ("setsid nohup bash -c 'sleep 0.3; while true; do echo 1000 > value.txt; sleep 0.01; done' "
+              ">/dev/null 2>&1 &")
+    script.write_text(yaml.safe_dump({"actions": [
+        {"write_file": {"path": "value.txt", "content": A}}, {"score": {}},
+        {"write_file": {"path": "value.txt", "content": "50"}}, {"bash": writer}, {"sleep": 0.5},
+        {"submit": None}]}))
+    result = run_cli("run", "--env", "counter", "--agent", "replay", "--agent-arg", f"script={script}",
+                     "--profile", "rescore", "--budget", "2m", "--backend", "docker", "--db", str(db_path),
+                     "--no-calibrate", env=env)
+    assert result.returncode == 0, result.stderr
+    assert rows(db_path, "select status, final_raw, final_rule, rule_raw from attempts") == [
+        ("done", 6.0, "rescore_best", 9.0)]
+    assert [raw for (raw,) in rows(db_path, "select raw from score_events where kind = 'rescore'")] == [2, 6, 7]
+    notes = [json.loads(d) for (d,) in rows(db_path, "select data from events where kind = 'note'")]
+    assert any(n["message"] == "re-scored" and n["data"]["agent_processes_killed"] >= 1 for n in notes), notes
