@@ -22,7 +22,8 @@ One campaign, in the order `run_campaign` does it:
     6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs and retries an
                     infrastructure failure once; each attempt is AttemptRunner.run (rebench/runner.py):
                     sandbox -> install -> baseline score (paused) -> agent under the hard timer
-                    -> snapshot -> final score -> final attempt row
+                    -> snapshot -> [re-score the best solutions, final_score = "rescore_best"]
+                    -> final score -> final attempt row
 
 Long calls say what they are doing through an `Observer` (callbacks, all optional).
 Every function that takes `db` accepts an open `Store`, a path, or None for the
