@@ -221,3 +221,19 @@ def test_docker_rescore_kills_the_agent_and_uses_the_snapshots(fixture_envs: Pat
     assert [raw for (raw,) in rows(db_path, "select raw from score_events where kind = 'rescore'")] == [2, 6, 7]
     notes = [json.loads(d) for (d,) in rows(db_path, "select data from events where kind = 'note'")]
     assert any(n["message"] == "re-scored" and n["data"]["agent_processes_killed"] >= 1 for n in notes), notes
+
+
+def test_without_score_snapshots_the_final_solution_is_rescored(fixture_envs: Path, tmp_path: Path,
+                                                                db_path: Path) -> None:
+    """`rescore.snapshot_each_score = false`: nothing is copied at score calls, so the solution the
+    agent ended with is what gets re-scored (standing for its last valid score)."""
+    toml = fixture_envs / "counter" / "environment.toml"
+    toml.write_text(toml.read_text().replace("rescore = { candidates = 2, repeats = 3 }",
+                                             "rescore = { candidates = 2, repeats = 3, snapshot_each_score = false }"))
+    actions = [{"write_file": {"path": "value.txt", "content": A}}, {"score": {}},
+               {"write_file": {"path": "value.txt", "content": "cycle 4 5 3"}}, {"submit": None}]
+    result = run_replay(tmp_path, db_path, actions, "--profile", "rescore")
+    assert result.returncode == 0, result.stderr
+    assert rows(db_path, "select final_raw, final_rule, rule_raw from attempts") == [(4.0, "rescore_best", 9.0)]
+    (snapshot,), = rows(db_path, "select snapshot_path from attempts")
+    assert sorted(p.name for p in Path(snapshot).parent.iterdir()) == ["final"]
