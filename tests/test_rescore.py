@@ -106,6 +106,11 @@ def test_final_is_rescored_median_and_the_agent_cannot_touch_it(fixture_envs: Pa
     report = json.loads(run_cli("report", "--json", "--db", str(db_path)).stdout)
     assert report[0]["mean"] == pytest.approx(0.6) and report[0]["rule_mean"] == pytest.approx(0.8)
     assert report[0]["rescored"] == 1
+    # an attempt cut short stands at its score-log standing, never above the re-scored final
+    cut = json.loads(run_cli("report", "--json", "--budgets", "1m,2m", "--n-bootstrap", "50",
+                             "--db", str(db_path)).stdout)
+    (short,) = [r for r in cut if r["truncated"] and r["environment"] == "counter"]
+    assert short["mean"] == pytest.approx(0.6) and short["rule_mean"] is None
 
 
 def test_failed_rescores_are_counted(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
