@@ -109,6 +109,16 @@ class AttemptRunner:
     def rule_of(self, profile: Profile) -> FinalRule:
         return self.final_rule or profile.final_score
 
+    def _rule_text(self, profile: Profile) -> str:
+        """Under rescore_best the agent is told how its final score is taken (it is not its best call)."""
+        if self.rule_of(profile) != "rescore_best":
+            return ""
+        rescore = profile.rescore
+        return (f"\n\nHow the final score is taken in this run: when your time is up, the solutions behind your "
+                f"{rescore.candidates} best valid score calls (as they were when you called score; different "
+                f"solutions only) are scored again {rescore.repeats} times each, and the best of their median "
+                "scores counts, not your single best score call. A run that fails counts as the worst result.\n")
+
     def _update(self, attempt_id: int, **fields: Any) -> None:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
@@ -153,7 +163,7 @@ class AttemptRunner:
                     recorder.pause_ended(pause_row, interval)
             ctx = AttemptContext(
                 sandbox=sandbox, recorder=recorder, clock=clock,
-                instructions=self.env.instructions(profile_name, sandbox.paths),
+                instructions=self.env.instructions(profile_name, sandbox.paths) + self._rule_text(profile),
                 environment=EnvironmentInfo(
                     name=self.env.name, title=self.env.metadata.title, version=self.env.version,
                     profile=profile_name, direction=profile.direction, score_visible=profile.score_visible,

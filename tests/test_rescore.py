@@ -106,6 +106,8 @@ def test_final_is_rescored_median_and_the_agent_cannot_touch_it(fixture_envs: Pa
     report = json.loads(run_cli("report", "--json", "--db", str(db_path)).stdout)
     assert report[0]["mean"] == pytest.approx(0.6) and report[0]["rule_mean"] == pytest.approx(0.8)
     assert report[0]["rescored"] == 1
+    (start,), = rows(db_path, "select data from events where kind = 'start'")
+    assert "2 best valid score calls" in json.loads(start)["instructions"]
     # an attempt cut short stands at its score-log standing, never above the re-scored final
     cut = json.loads(run_cli("report", "--json", "--budgets", "1m,2m", "--n-bootstrap", "50",
                              "--db", str(db_path)).stdout)
