@@ -106,6 +106,17 @@ class AttemptRunner:
         self.final_rule = final_rule
         """Overrides every profile's `final_score` (`rebench run --final-rule`); None: the profile's."""
 
+    def _snapshot_base(self, attempt_id: int) -> Path:
+        """The attempt's snapshot folder: `attempt-N`, or `attempt-N.2`, ... when a folder of that name
+        is already there (left by another database in the same folder, or by one deleted): a
+        snapshot is never written over, or into, one it did not take."""
+        base = self.snapshots_dir / f"attempt-{attempt_id}"
+        number = 1
+        while base.exists() or base.is_symlink():
+            number += 1
+            base = self.snapshots_dir / f"attempt-{attempt_id}.{number}"
+        return base
+
     def rule_of(self, profile: Profile) -> FinalRule:
         return self.final_rule or profile.final_score
 
@@ -134,7 +145,8 @@ class AttemptRunner:
         recorder = AttemptRecorder(self.store, attempt_id, clock)
         snapshot_budget = SnapshotBudget(profile.snapshot.max_bytes, profile.snapshot.max_files)
         rescoring = self.rule_of(profile) == "rescore_best"
-        score_snapshots = (ScoreSnapshots(self.snapshots_dir / f"attempt-{attempt_id}", snapshot_budget)
+        snapshot_base = self._snapshot_base(attempt_id)
+        score_snapshots = (ScoreSnapshots(snapshot_base, snapshot_budget)
                            if rescoring and profile.rescore.snapshot_each_score else None)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
@@ -192,7 +204,7 @@ class AttemptRunner:
         finally:
             clock.stop()
             await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
-                               score_snapshots, rescoring)
+                               snapshot_base, score_snapshots, rescoring)
         return outcome
 
     async def _run_agent(self, agent: Agent, ctx: AttemptContext, sandbox: Sandbox, outcome: AttemptOutcome) -> None:
@@ -248,7 +260,7 @@ class AttemptRunner:
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
                       sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget,
-                      score_snapshots: ScoreSnapshots | None, rescoring: bool) -> None:
+                      base: Path, score_snapshots: ScoreSnapshots | None, rescoring: bool) -> None:
         """Snapshot, re-score where the rule asks (rebench.scoring.rescore), stop and write the final
         row; shielded so an interrupt cannot skip it. An interrupt before or during the re-scoring
         leaves a row whose final number is RE-Bench's rule, marked so (final_rule = "best")."""
@@ -262,7 +274,6 @@ class AttemptRunner:
                 if rescoring:  # nothing the agent started may run on while its solution is copied and re-scored
                     with contextlib.suppress(Exception):
                         killed = await kill_agent_processes(sandbox)
-                base = self.snapshots_dir / f"attempt-{attempt_id}"
                 target = base / "final" if rescoring else base
                 try:
                     report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
