@@ -23,7 +23,8 @@ One campaign, in the order `run_campaign` does it:
     6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs and retries an
                     infrastructure failure once; each attempt is AttemptRunner.run (rebench/runner.py):
                     sandbox -> install -> baseline score (paused) -> agent under the hard timer
-                    -> snapshot -> final score -> final attempt row
+                    -> snapshot -> [re-score the best solutions, final_score = "rescore_best"]
+                    -> final score -> final attempt row
 
 Long calls say what they are doing through an `Observer` (callbacks, all optional).
 Every function that takes `db` accepts an open `Store`, a path, or None for the
@@ -199,13 +200,14 @@ def _build(env: Environment, profile: str, backend: str, observer: Observer,
 
 
 def calibrate(environment: str | Environment, profile: str = "tiny", backend: str | None = "local",
-              repeats: int = 3, *, db: Store | Path | str | None = None, build: bool = True,
+              repeats: int | None = None, *, db: Store | Path | str | None = None, build: bool = True,
               observer: Observer | None = None) -> CalibrationResult:
     """Score the starting and the reference solution `repeats` times each on this machine and store
-    the best of each as this hardware's anchors (see rebench.calibration for why the best)."""
+    the best of each (the median under rescore_best) as this hardware's anchors (see
+    rebench.calibration for why). None: as many as the profile's final rule re-scores, else 3."""
     from rebench.errors import RebenchError
 
-    if repeats < 1:
+    if repeats is not None and repeats < 1:
         raise RebenchError(f"invalid --repeats {repeats}: must be at least 1")
     from rebench.preflight import check
 
@@ -219,11 +221,12 @@ def calibrate(environment: str | Environment, profile: str = "tiny", backend: st
         return _calibrate(store, env, profile, chosen, repeats, observer)
 
 
-def _calibrate(store: Store, env: Environment, profile: str, backend: str, repeats: int,
+def _calibrate(store: Store, env: Environment, profile: str, backend: str, repeats: int | None,
                observer: Observer) -> CalibrationResult:
-    from rebench.calibration import measure_anchors, save_calibration
+    from rebench.calibration import calibration_repeats, measure_anchors, save_calibration
 
-    start, reference = asyncio.run(measure_anchors(env, profile, backend=backend, repeats=repeats,
+    start, reference = asyncio.run(measure_anchors(env, profile, backend=backend,
+                                                   repeats=calibration_repeats(env, profile, repeats),
                                                    log=observer.log))
     row = save_calibration(store, env, profile, start, reference)
     result = CalibrationResult(environment=env.name, env_version=env.version, profile=profile,
@@ -312,7 +315,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
             if calibrate and needs and resolve_anchors(store, env, spec.profile).kind == "declared":
                 observer.log(f"{env.name} scores are timings and this machine has no calibration: "
                              "measuring the starting and reference solutions first")
-                _calibrate(store, env, spec.profile, spec.chosen_backend, 3, observer)
+                _calibrate(store, env, spec.profile, spec.chosen_backend, None, observer)
         # 5. plan: the campaign and its attempt rows, all at once
         campaign_id, attempt_ids = plan_campaign(store, spec, registry)
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))

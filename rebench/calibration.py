@@ -1,7 +1,8 @@
 """Calibrated anchors: timing scores mean something only on the hardware they were measured on.
 
 `rebench envs calibrate` scores the starting and the reference solution several
-times here and stores the best run of each with a fingerprint of this machine.
+times here and stores, with a fingerprint of this machine, the best run of each (the
+median under `final_score = "rescore_best"`: the rule attempts are judged by).
 Normalization then uses calibrated anchors for the same hardware, environment
 version and profile when they exist, and the environment's declared ones
 otherwise; reports say which.
@@ -22,6 +23,7 @@ from sqlalchemy import select
 
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.scoring.rescore import best_of, rescore_median
 from rebench.store.db import Store
 from rebench.store.models import Calibration
 
@@ -133,22 +135,38 @@ async def measure_anchors(
         await sandbox.stop()
 
 
+def calibration_repeats(env: Environment, profile: str, requested: int | None = None) -> int:
+    """How many times each solution is scored: as asked, else as many as the final rule
+    re-scores a solution (`rescore.repeats` under rescore_best), else 3."""
+    if requested is not None:
+        return requested
+    spec = env.profile(profile)
+    return spec.rescore.repeats if spec.final_score == "rescore_best" else 3
+
+
 def save_calibration(store: Store, env: Environment, profile: str,
                      start: list[float | None], reference: list[float | None]) -> Calibration:
-    """Store the best run of each solution; any invalid run means the environment is broken here,
-    not a noisy run. Best, not median: a busy machine only ever slows a run down, and attempts
-    are judged by their best score call too, so both sides of the comparison use the same rule."""
+    """Store one anchor per solution, by the profile's final rule, so both ends of the scale are
+    measured as attempts are judged: under RE-Bench's rules the best run (a busy machine only
+    ever slows a run down, and attempts are judged by their best score call); under
+    `rescore_best` the median (attempts are judged by the median of re-scores,
+    rebench.scoring.rescore). Any invalid run means the environment is broken here, not a noisy run."""
     for label, values in (("starting", start), ("reference", reference)):
         if not values or any(v is None for v in values):
             raise RebenchError(f"calibration of {env.name!r}: the {label} solution did not score validly: {values}")
-    best = min if env.profile(profile).direction == "lower" else max
+    spec = env.profile(profile)
+    rule = spec.final_score
+    pick = ((lambda values: rescore_median(values, spec.direction)) if rule == "rescore_best"
+            else (lambda values: best_of(values, spec.direction)))
     hardware = hardware_fingerprint()
+    start_raw, reference_raw = pick(start), pick(reference)
+    assert start_raw is not None and reference_raw is not None  # every run is valid (checked above)
     row = Calibration(
         environment=env.name, env_version=env.version, profile=profile, hardware=hardware.key,
         hardware_description=hardware.description,
-        start_raw=best([v for v in start if v is not None]),
-        reference_raw=best([v for v in reference if v is not None]),
-        samples={"start": start, "reference": reference},
+        start_raw=start_raw,
+        reference_raw=reference_raw,
+        samples={"start": start, "reference": reference, "rule": "median" if rule == "rescore_best" else "best"},
     )
     if row.start_raw == row.reference_raw:
         raise RebenchError(f"calibration of {env.name!r}: starting and reference scores are equal ({row.start_raw})")

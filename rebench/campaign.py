@@ -14,7 +14,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from sqlalchemy import select
@@ -48,6 +48,16 @@ class CampaignSpec(BaseModel):
     parallel: int = 1
     gpus: list[int] = Field(default_factory=list, description="GPU device ids the scheduler may lease")
     network: bool | None = Field(None, description="override every environment's network setting")
+    final_rule: Literal["best", "last", "rescore_best"] | None = Field(
+        None, description="override every profile's final_score: best, last or rescore_best "
+                          "(re-score the best solutions when each attempt ends)")
+
+    @field_validator("final_rule", mode="before")
+    @classmethod
+    def _final_rule(cls, value: Any) -> Any:
+        if value is not None and value not in ("best", "last", "rescore_best"):
+            raise RebenchError(f"invalid --final-rule {value!r}; allowed: best, last, rescore_best")
+        return value
 
     @field_validator("environments")
     @classmethod
@@ -215,7 +225,7 @@ class CampaignRunner:
                               gpus: list[int]) -> AttemptOutcome:
         runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
-                               network=spec.network)
+                               network=spec.network, final_rule=spec.final_rule)
         outcome = await runner.run(attempt_id, spec.agent)
         retries = 0
         while outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES:

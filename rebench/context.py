@@ -24,8 +24,11 @@ from sqlalchemy.orm import Session
 
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
 from rebench.clock import AttemptClock, PauseInterval
+from rebench.errors import SandboxError
 from rebench.sandbox.base import ExecResult, Sandbox, SandboxPaths
 from rebench.sandbox.output import head_and_tail
+from rebench.sandbox.snapshot import SnapshotReport
+from rebench.scoring.rescore import ScoreSnapshot, ScoreSnapshots
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
@@ -116,6 +119,18 @@ class AttemptRecorder:
                 raise
             return result
 
+    def _add(self, row: ScoreEvent | Pause) -> int:
+        """Commit one row (with the buffered events before it) and return its id."""
+
+        def add(session: Session) -> int:
+            session.add(row)
+            session.flush()
+            return row.id
+
+        row_id = self._commit(add)
+        assert row_id is not None
+        return row_id
+
     def flush(self) -> None:
         """Commit every event recorded so far (and any a failed background commit kept)."""
         self._commit()
@@ -128,25 +143,19 @@ class AttemptRecorder:
         _OPEN_RECORDERS.discard(self)
         self._commit()
 
-    def score(self, result: ScoreResult, kind: ScoreKind) -> None:
-        """Committed before returning: a score is never only in the buffer."""
+    def score(self, result: ScoreResult, kind: ScoreKind, extra: dict[str, Any] | None = None) -> int:
+        """Committed before returning: a score is never only in the buffer. `extra` goes into the
+        details (what a re-score re-measured). Returns the score event's id."""
+        details = {**result.details, **extra} if extra else result.details
         row = ScoreEvent(attempt_id=self.attempt_id, kind=kind, working_s=self.clock.working_seconds(),
                          raw=result.raw if result.valid else None, valid=result.valid,
-                         message=result.message, details=result.details, duration_s=result.duration_s)
-        self._commit(lambda session: session.add(row))
+                         message=result.message, details=details, duration_s=result.duration_s)
+        return self._add(row)
 
     def pause_started(self, interval: PauseInterval) -> int:
         row = Pause(attempt_id=self.attempt_id, reason=interval.reason,
                     start_s=self.clock.offset(interval.start), end_s=None)
-
-        def add(session: Session) -> int:
-            session.add(row)
-            session.flush()
-            return row.id
-
-        row_id = self._commit(add)
-        assert row_id is not None
-        return row_id
+        return self._add(row)
 
     def pause_ended(self, row_id: int, interval: PauseInterval) -> None:
         def end(session: Session) -> None:
@@ -188,6 +197,7 @@ class AttemptContext:
         score_timeout_s: float,
         reference_dir: Path | None,
         max_command_timeout_s: float | None = None,
+        score_snapshots: ScoreSnapshots | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.recorder = recorder
@@ -200,6 +210,8 @@ class AttemptContext:
         self.reference_dir = reference_dir
         self.score_timeout_s = score_timeout_s
         self.max_command_timeout_s = max_command_timeout_s
+        self.score_snapshots = score_snapshots
+        """Where the solution is snapshotted at each score call (final_score = "rescore_best"); None: not."""
         self.submitted = asyncio.Event()
         self.answer: str | None = None
         self.limit_reason: str | None = None
@@ -265,12 +277,33 @@ class AttemptContext:
 
     async def score(self) -> dict[str, Any]:
         started = time.monotonic()
+        taken = await self._snapshot_for_score()
         result = await run_scoring(self.sandbox, self.score_timeout_s)
         self._scores.append(result)
-        self.recorder.score(result, ScoreKind.INTERMEDIATE)
+        score_id = self.recorder.score(result, ScoreKind.INTERMEDIATE)
+        if taken is not None:
+            snapshot, report = taken
+            snapshot.score_id, snapshot.raw = score_id, (result.raw if result.valid else None)
+            note = (f"same content as {snapshot.duplicate_of}, kept once" if snapshot.duplicate_of
+                    else report.note())
+            fields = {} if snapshot.duplicate_of else report.model_dump()
+            self.recorder.event("snapshot", path=snapshot.path, note=note, score_id=score_id,
+                                sha256=snapshot.sha256, **fields)
         feedback = result.feedback(self.environment.score_visible)
         self.recorder.event("score", time.monotonic() - started, feedback=feedback)
         return feedback
+
+    async def _snapshot_for_score(self) -> tuple[ScoreSnapshot, SnapshotReport] | None:
+        """The solution as this score call is about to score it, copied out with the clock paused
+        (harness work, not the agent's); None when not asked for or when the copy failed."""
+        if self.score_snapshots is None:
+            return None
+        with self.pause("snapshot"):
+            try:
+                return await self.score_snapshots.take(self.sandbox)
+            except (OSError, SandboxError) as exc:
+                self.recorder.event("snapshot", note=f"score snapshot failed: {type(exc).__name__}: {exc}")
+                return None
 
     async def score_log(self) -> list[dict[str, Any]]:
         log = [r.feedback(self.environment.score_visible) for r in self._scores]

@@ -1,7 +1,8 @@
 """AttemptRunner: one attempt from sandbox start to a final attempt row.
 
     start sandbox -> install environment -> clock starts -> baseline score (paused)
-    -> agent runs under the hard timer -> snapshot -> final score -> stop sandbox
+    -> agent runs under the hard timer -> snapshot -> [re-score the best snapshots] -> final score
+    -> stop sandbox
 
 The attempt row is updated at each step, so whatever stops the harness leaves a
 row that says how far it got; score events are committed as they happen.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import select
 
 from rebench.agents.base import Agent, AgentConfig, EnvironmentInfo, LimitExceeded
 from rebench.agents.registry import load_agent
@@ -26,12 +28,22 @@ from rebench.clock import AttemptClock
 from rebench.context import AttemptContext, AttemptRecorder
 from rebench.environments.build import assets_dir
 from rebench.environments.install import install_environment
+from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
 from rebench.scoring.normalize import final_raw_score, normalize
+from rebench.scoring.rescore import (
+    RULE_ONLY,
+    FinalRule,
+    RescoreSummary,
+    ScoreSnapshots,
+    final_candidate,
+    kill_agent_processes,
+    rescore,
+)
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, ErrorSource, LimitReason, ScoreEvent, ScoreKind
@@ -81,6 +93,7 @@ class AttemptRunner:
         sandbox_factory: SandboxFactory = create_sandbox,
         gpus: list[int] | None = None,
         network: bool | None = None,
+        final_rule: FinalRule | None = None,
     ) -> None:
         self.store = store
         self.env = env
@@ -90,6 +103,32 @@ class AttemptRunner:
         self.sandbox_factory = sandbox_factory
         self.gpus = gpus or []
         self.network = network
+        self.final_rule = final_rule
+        """Overrides every profile's `final_score` (`rebench run --final-rule`); None: the profile's."""
+
+    def _snapshot_base(self, attempt_id: int) -> Path:
+        """The attempt's snapshot folder: `attempt-N`, or `attempt-N.2`, ... when a folder of that name
+        is already there (left by another database in the same folder, or by one deleted): a
+        snapshot is never written over, or into, one it did not take."""
+        base = self.snapshots_dir / f"attempt-{attempt_id}"
+        number = 1
+        while base.exists() or base.is_symlink():
+            number += 1
+            base = self.snapshots_dir / f"attempt-{attempt_id}.{number}"
+        return base
+
+    def rule_of(self, profile: Profile) -> FinalRule:
+        return self.final_rule or profile.final_score
+
+    def _rule_text(self, profile: Profile) -> str:
+        """Under rescore_best the agent is told how its final score is taken (it is not its best call)."""
+        if self.rule_of(profile) != "rescore_best":
+            return ""
+        rescore = profile.rescore
+        return (f"\n\nHow the final score is taken in this run: when your time is up, the solutions behind your "
+                f"{rescore.candidates} best valid score calls (as they were when you called score; different "
+                f"solutions only) are scored again {rescore.repeats} times each, and the best of their median "
+                "scores counts, not your single best score call. A run that fails counts as the worst result.\n")
 
     def _update(self, attempt_id: int, **fields: Any) -> None:
         with self.store.session() as session:
@@ -105,6 +144,10 @@ class AttemptRunner:
         clock = AttemptClock()
         recorder = AttemptRecorder(self.store, attempt_id, clock)
         snapshot_budget = SnapshotBudget(profile.snapshot.max_bytes, profile.snapshot.max_files)
+        rescoring = self.rule_of(profile) == "rescore_best"
+        snapshot_base = self._snapshot_base(attempt_id)
+        score_snapshots = (ScoreSnapshots(snapshot_base, snapshot_budget)
+                           if rescoring and profile.rescore.snapshot_each_score else None)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
         self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend, pid=os.getpid())
@@ -132,14 +175,15 @@ class AttemptRunner:
                     recorder.pause_ended(pause_row, interval)
             ctx = AttemptContext(
                 sandbox=sandbox, recorder=recorder, clock=clock,
-                instructions=self.env.instructions(profile_name, sandbox.paths),
+                instructions=self.env.instructions(profile_name, sandbox.paths) + self._rule_text(profile),
                 environment=EnvironmentInfo(
                     name=self.env.name, title=self.env.metadata.title, version=self.env.version,
                     profile=profile_name, direction=profile.direction, score_visible=profile.score_visible,
-                    hardware_dependent=profile.hardware_dependent,
+                    hardware_dependent=profile.hardware_dependent, final_score=self.rule_of(profile),
                 ),
                 config=config, budget_s=budget_s, seed=seed, score_timeout_s=profile.score_timeout_s,
                 reference_dir=self.env.reference_dir if getattr(agent, "uses_reference", False) else None,
+                score_snapshots=score_snapshots,
             )
             recorder.event("start", instructions=ctx.instructions, agent=config.name, model=config.model,
                            budget_s=budget_s, backend=self.backend)
@@ -159,7 +203,8 @@ class AttemptRunner:
             outcome.error_message = f"{type(exc).__name__}: {exc}"
         finally:
             clock.stop()
-            await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget)
+            await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
+                               snapshot_base, score_snapshots, rescoring)
         return outcome
 
     async def _run_agent(self, agent: Agent, ctx: AttemptContext, sandbox: Sandbox, outcome: AttemptOutcome) -> None:
@@ -214,13 +259,22 @@ class AttemptRunner:
             outcome.status = AttemptStatus.DONE
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget) -> None:
-        """Snapshot, stop and write the final row; shielded so an interrupt cannot skip it."""
+                      sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget,
+                      base: Path, score_snapshots: ScoreSnapshots | None, rescoring: bool) -> None:
+        """Snapshot, re-score where the rule asks (rebench.scoring.rescore), stop and write the final
+        row; shielded so an interrupt cannot skip it. An interrupt before or during the re-scoring
+        leaves a row whose final number is RE-Bench's rule, marked so (final_rule = "best")."""
 
         async def finish() -> None:
             snapshot: str | None = None
+            summary: RescoreSummary | None = None
+            cancelled = False
             if sandbox is not None:
-                target = self.snapshots_dir / f"attempt-{attempt_id}"
+                killed: int | None = None
+                if rescoring:  # nothing the agent started may run on while its solution is copied and re-scored
+                    with contextlib.suppress(Exception):
+                        killed = await kill_agent_processes(sandbox)
+                target = base / "final" if rescoring else base
                 try:
                     report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
                 except Exception as exc:
@@ -230,23 +284,80 @@ class AttemptRunner:
                     snapshot = str(target)
                     with contextlib.suppress(Exception):
                         recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
+                if rescoring:
+                    try:
+                        summary = await self._rescore(attempt_id, outcome, sandbox, recorder,
+                                                      score_snapshots, snapshot)
+                    except asyncio.CancelledError:
+                        cancelled = True
+                        outcome.status, outcome.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
+                        outcome.error_message = "interrupted by the user while re-scoring"
+                        with contextlib.suppress(Exception):
+                            recorder.event("note", message="re-scoring interrupted: the final score is "
+                                           "RE-Bench's rule (best intermediate score)")
+                    if summary is not None:
+                        summary.agent_processes_killed = killed
+                        with contextlib.suppress(Exception):
+                            recorder.event("note", message="re-scored", data=summary.model_dump())
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
             try:
                 recorder.close()  # every buffered event is committed before the status changes
             finally:
-                self._finalize_row(attempt_id, outcome, clock, snapshot)
+                self._finalize_row(attempt_id, outcome, clock, snapshot, summary, rescoring)
+            if cancelled:
+                raise asyncio.CancelledError
 
         await asyncio.shield(finish())
 
+    async def _rescore(self, attempt_id: int, outcome: AttemptOutcome, sandbox: Sandbox,
+                       recorder: AttemptRecorder, score_snapshots: ScoreSnapshots | None,
+                       final_snapshot: str | None) -> RescoreSummary | None:
+        """Re-score the best snapshots, unless the attempt was interrupted or its sandbox is gone
+        (then None: the row keeps RE-Bench's rule, and a note says why). Without snapshots at score
+        calls (`snapshot_each_score = false`) the solution the agent ended with is re-scored."""
+        why = None
+        if outcome.status == AttemptStatus.INTERRUPTED:
+            why = "the attempt was interrupted"
+        elif outcome.error_source == ErrorSource.INFRASTRUCTURE or not await sandbox.alive():
+            why = "the sandbox failed"
+        if why is not None:
+            recorder.event("note", message=f"not re-scored: {why}; the final score is RE-Bench's rule "
+                           "(best intermediate score)")
+            return None
+        with self.store.session() as session:
+            profile = self.env.profile(session.get_one(Attempt, attempt_id).profile)
+        self.progress(attempt_id, "re-scoring the best solutions")
+        if score_snapshots is not None:
+            taken = score_snapshots.taken
+        else:
+            taken = [await final_candidate(final_snapshot, self._last_valid_score(attempt_id))]
+        return await rescore(
+            sandbox, taken, candidates=profile.rescore.candidates, repeats=profile.rescore.repeats,
+            direction=profile.direction, timeout_s=profile.score_timeout_s,
+            record=lambda result, extra: recorder.score(result, ScoreKind.RESCORE, extra),
+            log=lambda message: self.progress(attempt_id, message))
+
+    def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
+        with self.store.session() as session:
+            return session.scalars(select(ScoreEvent).where(
+                ScoreEvent.attempt_id == attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE,
+                ScoreEvent.valid.is_(True)).order_by(ScoreEvent.id.desc())).first()
+
     def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      snapshot: str | None) -> None:
+                      snapshot: str | None, summary: RescoreSummary | None, rescoring: bool) -> None:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
             profile = self.env.profile(attempt.profile)
             raws = [s.raw for s in session.query(ScoreEvent)
                     .filter_by(attempt_id=attempt_id, kind=ScoreKind.INTERMEDIATE).order_by(ScoreEvent.id)]
-            final = final_raw_score(raws, rule=profile.final_score, direction=profile.direction)
+            rule = self.rule_of(profile)
+            rule_raw = final_raw_score(raws, rule=RULE_ONLY if rule == "rescore_best" else rule,
+                                       direction=profile.direction)
+            final_rule: FinalRule = RULE_ONLY if rule == "rescore_best" else rule
+            final = rule_raw
+            if rescoring and summary is not None:
+                final, final_rule = summary.final_raw, "rescore_best"
             anchors = resolve_anchors(self.store, self.env, attempt.profile)
             outcome.final_raw = final
             outcome.final_normalized = normalize(final, anchors.start, anchors.reference)
@@ -257,6 +368,9 @@ class AttemptRunner:
             attempt.limit_reason = outcome.limit_reason
             attempt.final_raw = final
             attempt.final_normalized = outcome.final_normalized
+            attempt.final_rule = final_rule
+            attempt.rule_raw = rule_raw
+            attempt.rule_normalized = normalize(rule_raw, anchors.start, anchors.reference)
             attempt.anchors_kind = anchors.kind
             attempt.wall_s = clock.wall_seconds()
             attempt.working_s = clock.working_seconds()

@@ -40,6 +40,9 @@ class EnvironmentInfo(BaseModel):
     score_visible: bool
     hardware_dependent: bool = False
     """Scores are timings on this machine, so single score calls are noisy."""
+    final_score: Literal["best", "last", "rescore_best"] = "best"
+    """How the attempt's final score is taken; with `rescore_best` the harness re-scores the best
+    scored solutions itself when the attempt ends, so scoring one solution many times gains nothing."""
 
 
 class ModelUsage(BaseModel):

@@ -32,6 +32,8 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         "agent": a.agent, "model": a.model, "budget": format_duration(a.budget_s), "status": a.status,
         "submitted": a.submitted, "error_source": a.error_source, "final_raw": a.final_raw, "normalized": a.final_normalized,
         "working_s": round(a.working_s, 2),
+        # how final_raw was taken, and RE-Bench's own rule beside it (they differ when re-scored)
+        "final_rule": a.final_rule, "rule_raw": a.rule_raw, "rule_normalized": a.rule_normalized,
     }
 
 
@@ -41,6 +43,16 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return fmt(value)
     return "-" if value is None else str(value)
+
+
+def _rule_note(detail: dict[str, Any]) -> str:
+    """How the final number was taken, with RE-Bench's rule beside a re-scored one."""
+    if detail["final_rule"] != "rescore_best":
+        return f", rule {detail['final_rule']}" if detail["final_rule"] else ""
+    repeats = sum(1 for s in detail["scores"] if s["kind"] == "rescore")
+    failed = f", {detail['rescore_failed']} failed" if detail["rescore_failed"] else ""
+    return (f", re-scored ({repeats} re-scores{failed}); RE-Bench rule (best intermediate): raw "
+            f"{fmt(detail['rule_raw'], 4)}, normalized {fmt(detail['rule_normalized'])}")
 
 
 @app.command("list")
@@ -103,7 +115,9 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
                 for e in session.scalars(select(Event).where(Event.attempt_id == attempt_id).order_by(Event.seq))
             ],
         }
-    snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"]
+    detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
+    snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
+                 and e["data"].get("score_id") is None]
     detail["snapshot_note"] = snapshots[-1].get("note") if snapshots else None
     if json_output:
         print_json(detail)
@@ -116,7 +130,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"{' limit: ' + detail['limit_reason'] if detail['limit_reason'] else ''}"
         f"{' - ' + detail['error_message'] if detail['error_message'] else ''}\n"
         f"final raw {fmt(detail['final_raw'], 4)}, normalized {fmt(detail['normalized'])} "
-        f"({detail['anchors_kind']} anchors); working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
+        f"({detail['anchors_kind']} anchors){_rule_note(detail)}; "
+        f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
     if detail["snapshot_path"] or detail["snapshot_note"]:

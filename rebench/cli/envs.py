@@ -97,7 +97,7 @@ def build_command(
 def calibrate_command(
     name: str,
     profile: ProfileOption = "tiny",
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Scoring runs per solution.")] = 3,
+    repeats: Annotated[int | None, typer.Option("--repeats", min=1, help="Scoring runs per solution (default: the profile's rescore.repeats under rescore_best, else 3).")] = None,
     backend: BackendOption = "local",
     db: DbOption = None,
 ) -> None:

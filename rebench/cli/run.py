@@ -51,6 +51,7 @@ def run_command(
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Attempts to run at once.")] = 1,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1.")] = None,
     network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
+    final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
     db: DbOption = None,
 ) -> None:
@@ -59,7 +60,7 @@ def run_command(
 
     spec = api.CampaignSpec(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
-        seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network,
+        seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network, final_rule=final_rule,
         agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_agent_args(agent_arg or []),
                               token_limit=token_limit, cost_limit_usd=cost_limit),
     )

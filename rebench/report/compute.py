@@ -76,6 +76,10 @@ class ScoreRow(BaseModel):
     )
     not_submitted: int = Field(0, description="runs behind the row that ended without submitting")
     above_2: int = Field(0, description="runs behind the row scoring above 2 (implausible after review)")
+    rescored: int = Field(0, description="runs behind the row whose final score was re-scored (rescore_best)")
+    rule_mean: float | None = Field(
+        None, description="where runs were re-scored: `mean` by RE-Bench's own rule (the best single score call)"
+    )
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -105,6 +109,9 @@ class AttemptSummary(BaseModel):
     mean: float
     best: float
     anchors: str = Field(description="kinds of anchors behind the normalized scores: declared, calibrated, imported")
+    rescored: int = Field(0, description="attempts whose final score was re-scored (final_rule = rescore_best)")
+    rule_mean: float | None = Field(None, description="mean normalized score by RE-Bench's own rule (best "
+                                    "intermediate score); set when some attempts were re-scored")
 
 
 class AgentSummary(BaseModel):
@@ -225,6 +232,9 @@ class _Builder:
         kinds = [anchors.get(env, "") for env in result.environments]
         unsubmitted = [sum(not run.submitted for _, run in scored[env]) for env in result.environments]
         high = [sum(value > PLAUSIBLE_MAX for value, _ in scored[env]) for env in result.environments]
+        rescored = [sum(run.rule_score is not None for _, run in scored[env]) for env in result.environments]
+        rule_means = [float(np.mean([value if run.rule_score is None else run.rule_score
+                                     for value, run in scored[env]])) for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -254,6 +264,8 @@ class _Builder:
                         anchors=kinds[i],
                         not_submitted=unsubmitted[i],
                         above_2=high[i],
+                        rescored=rescored[i],
+                        rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
                         **common,
                     )
                 )
@@ -272,6 +284,8 @@ class _Builder:
                     anchors=",".join(sorted(set(",".join(kinds).split(",")) - {""})),
                     not_submitted=sum(unsubmitted),
                     above_2=sum(high),
+                    rescored=sum(rescored),
+                    rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
                     **common,
                 )
             )
@@ -358,6 +372,9 @@ def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             mean=float(np.mean([r.score for r in members])),
             best=max(r.score for r in members),
             anchors=",".join(sorted({r.anchors for r in members})),
+            rescored=sum(r.rule_score is not None for r in members),
+            rule_mean=(float(np.mean([r.score if r.rule_score is None else r.rule_score for r in members]))
+                       if any(r.rule_score is not None for r in members) else None),
         )
         for (env, agent, source, budget), members in sorted(groups.items())
     ]

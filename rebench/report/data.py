@@ -4,9 +4,10 @@ An attempt counts when it finished (`done`, `limit` or `error`, scoring what it 
 and is marked counted (an infrastructure failure that was retried is not); an
 interrupted attempt says nothing about the agent. Own attempts are normalized from
 their raw final score with the anchors in force (calibrated on this hardware, else
-declared); imported ones carry METR's normalized score. Attempts with a score log
-also carry their score-over-time curve, which lets an attempt stand in for a
-shorter one."""
+declared); imported ones carry METR's normalized score. Where the final score was re-scored
+(final_rule = "rescore_best") that is the counted number, and RE-Bench's rule is carried beside it.
+Attempts with a score log also carry their score-over-time curve, which lets an attempt stand in
+for a shorter one."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ class RunRecord:
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
     submitted: bool = True  # False: the attempt ended (budget, error, gave up) without submitting
+    rule_score: float | None = None
+    """Normalized by RE-Bench's own rule (best or last intermediate score) where the counted
+    `score` was re-scored (final_rule = "rescore_best"); None otherwise."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -101,6 +105,15 @@ class _Normalizer:
                 self._cache[key] = (env.profile(profile), resolve_anchors(self.store, env, profile))
         return self._cache[key]
 
+    def rule(self, attempt: Attempt) -> float | None:
+        """RE-Bench's rule, normalized like `final`, for an attempt whose final score was re-scored."""
+        if attempt.final_rule != "rescore_best":
+            return None
+        spec = self.spec(attempt.environment, attempt.profile)
+        if spec is not None:
+            return normalize(attempt.rule_raw, spec[1].start, spec[1].reference)
+        return max(0.0, float(attempt.rule_normalized)) if attempt.rule_normalized is not None else 0.0
+
     def final(self, attempt: Attempt) -> tuple[float, str]:
         """The normalized final score and the kind of anchors behind it.
 
@@ -114,7 +127,10 @@ class _Normalizer:
         kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
         return (max(0.0, float(stored)) if stored is not None else 0.0), kind
 
-    def curve(self, attempt: Attempt, events: list[ScoreEvent]) -> tuple[ScorePoint, ...] | None:
+    def curve(self, attempt: Attempt, events: list[ScoreEvent],
+               final: float | None = None) -> tuple[ScorePoint, ...] | None:
+        """The standing over working time. For a re-scored attempt (`final` given) the intermediate
+        scores are single noisy calls, so no point stands above the re-scored final."""
         spec = self.spec(attempt.environment, attempt.profile)
         if spec is None or not events:
             return None
@@ -125,13 +141,14 @@ class _Normalizer:
             if not event.valid or event.raw is None or event.kind != "intermediate":  # as the runner's final
                 continue
             raw = float(event.raw)
-            if standing is None or profile.final_score == "last":
+            if standing is None or (attempt.final_rule or profile.final_score) == "last":
                 standing = raw
             elif profile.direction == "lower":
                 standing = min(standing, raw)
             else:
                 standing = max(standing, raw)
-            points.append(ScorePoint(event.working_s, normalize(standing, anchors.start, anchors.reference)))
+            value = normalize(standing, anchors.start, anchors.reference)
+            points.append(ScorePoint(event.working_s, value if final is None else min(value, final)))
         return tuple(points)
 
 
@@ -177,6 +194,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
 
         def record(attempt: Attempt) -> RunRecord:
             score, anchors = normalizer.final(attempt)
+            rule = normalizer.rule(attempt)
             return RunRecord(
                 attempt_id=attempt.id,
                 environment=attempt.environment,
@@ -187,8 +205,9 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 anchors=anchors,
                 profile=attempt.profile,
                 campaign_id=attempt.campaign_id,
-                curve=normalizer.curve(attempt, events.get(attempt.id, [])),
+                curve=normalizer.curve(attempt, events.get(attempt.id, []), None if rule is None else score),
                 submitted=bool(attempt.submitted),
+                rule_score=rule,
             )
 
         return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])

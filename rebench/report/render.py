@@ -220,7 +220,8 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
         )
     tables.append(
         (
-            "attempts per environment, agent and per-attempt budget (normalized scores)",
+            "attempts per environment, agent and per-attempt budget (normalized scores; where attempts were "
+            "re-scored, `rule` is the mean by RE-Bench's rule, the best single score call)",
             ["environment", "agent", "source", "budget", "n", "unsubmitted", "mean", "best", "anchors"],
             [
                 [
@@ -230,9 +231,9 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
                     format_duration(a.budget_s),
                     str(a.n),
                     str(a.not_submitted),
-                    _f(a.mean),
+                    _f(a.mean) + (f" (rule {_f(a.rule_mean)})" if a.rule_mean is not None else ""),
                     _f(a.best),
-                    a.anchors,
+                    a.anchors + (f", {a.rescored} re-scored" if a.rescored else ""),
                 ]
                 for a in report.summary
             ],

@@ -313,6 +313,10 @@ class LocalSandbox:
         """Kill every process carrying this sandbox's marker; returns how many were found."""
         return _kill_marked(f"{MARKER_VAR}={self.marker}")
 
+    async def kill_agent_processes(self) -> int:
+        """Kill everything the attempt started, leaving the sandbox usable (re-scoring after the agent ends)."""
+        return await asyncio.to_thread(self.kill_all)
+
     def _host_path(self, path: str) -> Path:
         return Path(path) if os.path.isabs(path) else Path(self.paths.solution) / path
 

@@ -150,6 +150,9 @@ class Snapshot(_Payload):
     after_stop: int | None = None
     left_out: list[LeftOutEntry] | None = None
     left_out_count: int | None = None
+    score_id: int | None = None
+    """Set on a snapshot taken at a score call (final_score = "rescore_best"): that call's score event."""
+    sha256: str | None = None
 
 
 class ModelError(_Payload):

@@ -214,6 +214,11 @@ class DockerSandbox:
                         await asyncio.wait_for(channel.request({"op": "kill_user", "user": "agent"}), 30)
                 return
 
+    async def kill_agent_processes(self) -> int:
+        """Kill every process of the agent user, leaving the container usable (re-scoring after the agent ends)."""
+        reply = await asyncio.wait_for(self._require_channel().request({"op": "kill_user", "user": "agent"}), 30)
+        return int(reply.get("killed") or 0)
+
     async def alive(self) -> bool:
         if self._channel is None or not self._channel.is_open or self._container is None:
             return False

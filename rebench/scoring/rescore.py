@@ -1,0 +1,240 @@
+"""Final scoring for noisy environments: `final_score = "rescore_best"`.
+
+On shared hardware one timing call can be lucky, and under RE-Bench's rule (the best
+intermediate score counts) an agent banks that luck. With this rule the harness:
+
+1. snapshots the solution folder just before every score call the agent makes (under the
+   attempt's snapshot folder, within the profile's snapshot budget; a snapshot whose content
+   equals an earlier one is not kept twice and its budget is given back);
+2. when the attempt has ended (clock stopped, the agent's processes killed), restores the
+   snapshots behind the best `candidates` intermediate scores, distinct by content, into the
+   same sandbox's solution folder and scores each `repeats` times (ScoreKind.RESCORE events);
+3. takes the median of each snapshot's re-scores and, as the final raw score, the best median.
+
+Intermediate scores stay what the agent saw; RE-Bench's own number (the best intermediate
+score) is kept beside the final one on the attempt row (`rule_raw`).
+
+An invalid re-score (the solution crashed, timed out or gave a wrong answer this time) is
+counted as a failed re-score and ranks below every valid value in the median: a snapshot
+whose re-scores are invalid half the time or more has no median (with an even number of
+repeats, the two middle values are averaged and either one invalid makes the median
+invalid). A snapshot that was cut by the snapshot budget is not re-scored (it is not the
+solution that was scored) and is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import os
+import shutil
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from rebench.sandbox.base import Sandbox
+from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
+from rebench.scoring.result import ScoreResult
+from rebench.scoring.run import run_scoring
+from rebench.store.models import ScoreEvent
+
+Direction = Literal["lower", "higher"]
+FinalRule = Literal["best", "last", "rescore_best"]
+RULE_ONLY: Literal["best"] = "best"
+"""What `final_rule` says when a rescore_best attempt could not be re-scored (interrupted, the
+sandbox died): its final number is RE-Bench's rule, the best intermediate score."""
+RESTORE_TIMEOUT_S = 120.0
+
+
+def folder_digest(root: Path) -> str:
+    """sha256 over a folder's names, kinds, executable bits, file contents and link targets."""
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        rel_folder = os.path.relpath(folder, root)
+        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            digest.update(f"{os.path.join(rel_folder, name)}\0".encode())
+            if stat.S_ISLNK(info.st_mode):
+                digest.update(b"L" + os.readlink(path).encode() + b"\0")
+                continue
+            digest.update(b"X" if info.st_mode & 0o111 else b"F")
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            digest.update(b"\0")
+        for name in dirs:
+            if not os.path.islink(os.path.join(folder, name)):
+                digest.update(f"{os.path.join(rel_folder, name)}/\0".encode())
+    return digest.hexdigest()
+
+
+class ScoreSnapshot(BaseModel):
+    """The solution as it was when one intermediate score call started."""
+
+    path: str
+    sha256: str | None
+    """None when the snapshot is incomplete (cut by the budget): it cannot be re-scored."""
+    score_id: int | None = None
+    raw: float | None = None
+    duplicate_of: str | None = None
+    """The earlier snapshot with the same content (this one's copy was not kept)."""
+
+
+class ScoreSnapshots:
+    """Snapshots taken at an attempt's score calls, under `root` (score-001, score-002, ...)."""
+
+    def __init__(self, root: Path, budget: SnapshotBudget) -> None:
+        self.root = root
+        self.budget = budget
+        self.taken: list[ScoreSnapshot] = []
+        self._by_digest: dict[str, str] = {}
+
+    async def take(self, sandbox: Sandbox) -> tuple[ScoreSnapshot, SnapshotReport]:
+        target = self.root / f"score-{len(self.taken) + 1:03d}"
+        used = (self.budget.used_bytes, self.budget.used_files)
+        report = await sandbox.copy_out(sandbox.paths.solution, str(target), self.budget)
+        complete = not report.capped and report.left_out_count == 0
+        digest = await asyncio.to_thread(folder_digest, target) if complete else None
+        snapshot = ScoreSnapshot(path=str(target), sha256=digest)
+        if digest is not None and digest in self._by_digest:
+            shutil.rmtree(target, ignore_errors=True)
+            self.budget.used_bytes, self.budget.used_files = used  # not kept, so not counted
+            snapshot = ScoreSnapshot(path=self._by_digest[digest], sha256=digest, duplicate_of=self._by_digest[digest])
+        elif digest is not None:
+            self._by_digest[digest] = str(target)
+        self.taken.append(snapshot)
+        return snapshot, report
+
+
+async def final_candidate(path: str | None, last: ScoreEvent | None) -> ScoreSnapshot:
+    """The solution the agent ended with, as the one candidate when no snapshots were taken at
+    score calls; it stands for the last valid score (nothing, when there was none)."""
+    if path is None or last is None:
+        return ScoreSnapshot(path=path or "", sha256=None)
+    return ScoreSnapshot(path=path, sha256=await asyncio.to_thread(folder_digest, Path(path)),
+                         score_id=last.id, raw=last.raw)
+
+
+class CandidateRescore(BaseModel):
+    score_id: int
+    snapshot: str
+    sha256: str
+    intermediate_raw: float
+    raws: list[float | None] = Field(default_factory=list)
+    failed: int = 0
+    """Re-scores that were invalid although this snapshot scored validly when the agent scored it."""
+    median: float | None = None
+
+
+class RescoreSummary(BaseModel):
+    """What the re-scoring did, for the attempt's record (a `note` event) and its row."""
+
+    final_raw: float | None
+    candidates: list[CandidateRescore]
+    skipped: list[str] = Field(default_factory=list)
+    failed: int = 0
+    repeats: int
+    agent_processes_killed: int | None = None
+
+
+def _valid(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def rescore_median(values: Sequence[float | None], direction: Direction) -> float | None:
+    """The median of re-scores, an invalid one ranking below every valid one (module docstring)."""
+    if not values:
+        return None
+    valid = sorted((float(v) for v in values if v is not None and _valid(v)), reverse=direction == "higher")
+    ranked: list[float | None] = [*valid, *([None] * (len(values) - len(valid)))]
+    middle = len(ranked) // 2
+    if len(ranked) % 2:
+        return ranked[middle]
+    low, high = ranked[middle - 1], ranked[middle]
+    return None if low is None or high is None else (low + high) / 2
+
+
+def best_of(values: Sequence[float | None], direction: Direction) -> float | None:
+    valid = [float(v) for v in values if v is not None and _valid(v)]
+    if not valid:
+        return None
+    return min(valid) if direction == "lower" else max(valid)
+
+
+def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
+                      direction: Direction) -> tuple[list[ScoreSnapshot], list[str]]:
+    """The snapshots behind the best `count` valid intermediate scores, distinct by content;
+    also what was passed over (incomplete snapshots) and why."""
+    scored = [s for s in snapshots if s.score_id is not None and _valid(s.raw)]
+    scored.sort(key=lambda s: float(s.raw) if direction == "lower" else -float(s.raw))  # type: ignore[arg-type]
+    chosen: list[ScoreSnapshot] = []
+    skipped: list[str] = []
+    seen: set[str] = set()
+    for snapshot in scored:
+        if len(chosen) >= count:
+            break
+        if snapshot.sha256 is None:
+            skipped.append(f"score {snapshot.score_id} ({snapshot.raw}): snapshot {snapshot.path} was cut by "
+                           "the snapshot budget, so it is not the solution that was scored")
+            continue
+        if snapshot.sha256 in seen:
+            continue
+        seen.add(snapshot.sha256)
+        chosen.append(snapshot)
+    return chosen, skipped
+
+
+async def kill_agent_processes(sandbox: Sandbox) -> int | None:
+    """Kill whatever the agent left running, so nothing it started can touch the re-scoring;
+    None when the backend offers no way to (the re-score then still uses the snapshots)."""
+    kill: Callable[[], Awaitable[int]] | None = getattr(sandbox, "kill_agent_processes", None)
+    return None if kill is None else await kill()
+
+
+async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
+    """Replace the sandbox's solution folder by a snapshot's content; an error line, or None."""
+    solution = sandbox.paths.solution
+    cleared = await sandbox.exec(
+        ["bash", "-c", 'chmod -R u+w -- "$1" 2>/dev/null; find "$1" -mindepth 1 -delete && [ -z "$(ls -A "$1")" ]',
+         "restore", solution],
+        user="root", timeout=RESTORE_TIMEOUT_S)
+    if not cleared.ok:
+        return f"could not empty the solution folder: {cleared.stderr.strip()[-300:] or cleared.exit_code}"
+    await sandbox.copy_in(str(snapshot), solution, user="agent")
+    return None
+
+
+Record = Callable[[ScoreResult, dict[str, object]], object]
+
+
+async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candidates: int, repeats: int,
+                  direction: Direction, timeout_s: float, record: Record,
+                  log: Callable[[str], None] = lambda _m: None) -> RescoreSummary:
+    """Re-score the best candidates (module docstring); `record` stores each re-score as it comes."""
+    chosen, skipped = choose_candidates(snapshots, candidates, direction)
+    results: list[CandidateRescore] = []
+    for index, snapshot in enumerate(chosen, 1):
+        assert snapshot.score_id is not None and snapshot.raw is not None and snapshot.sha256 is not None
+        entry = CandidateRescore(score_id=snapshot.score_id, snapshot=snapshot.path, sha256=snapshot.sha256,
+                                 intermediate_raw=snapshot.raw)
+        results.append(entry)
+        error = await restore_snapshot(sandbox, Path(snapshot.path))
+        for repeat in range(1, repeats + 1):
+            log(f"re-scoring candidate {index}/{len(chosen)}, run {repeat}/{repeats}")
+            if error is None:
+                result = await run_scoring(sandbox, timeout_s)
+            else:
+                result = ScoreResult(raw=None, message={"error": error})
+            record(result, {"rescore_of": snapshot.score_id, "snapshot": snapshot.path, "sha256": snapshot.sha256,
+                            "repeat": repeat})
+            entry.raws.append(result.raw if result.valid else None)
+        entry.failed = sum(1 for raw in entry.raws if raw is None)
+        entry.median = rescore_median(entry.raws, direction)
+    return RescoreSummary(final_raw=best_of([c.median for c in results], direction), candidates=results,
+                          skipped=skipped, failed=sum(c.failed for c in results), repeats=repeats)
