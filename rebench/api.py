@@ -254,9 +254,7 @@ def measure_noise(environment: str | Environment, profile: str = "tiny", backend
         _build(env, profile, chosen, observer)
     with using_store(db) as store:  # opened first: a bad --db fails before minutes of scoring
         samples = asyncio.run(sample_noise(env, profile, backend=chosen, n=n, repeats=repeats, log=observer.log))
-        summary = summarize(env, profile, samples)
-        row = save_noise(store, summary, samples)
-        return summary.model_copy(update={"created_at": row.created_at})
+        return save_noise(store, summarize(env, profile, samples), samples)
 
 
 def noise_measured(environment: str | Environment,

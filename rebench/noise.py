@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 from sqlalchemy import select
@@ -29,7 +29,7 @@ from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.store.db import Store
-from rebench.store.models import NoiseMeasurement
+from rebench.store.models import NoiseMeasurement, utcnow
 
 MIN_N = 2
 MAX_N = 100
@@ -178,9 +178,11 @@ async def sample_noise(env: Environment, profile: str, *, backend: str, n: int, 
     return NoiseSamples(start=start, reference=reference, seconds=seconds)
 
 
-def save_noise(store: Store, summary: NoiseSummary, samples: NoiseSamples) -> NoiseMeasurement:
-    """One row, written in one transaction."""
+def save_noise(store: Store, summary: NoiseSummary, samples: NoiseSamples) -> NoiseSummary:
+    """One row, written in one transaction; returns the summary with its time."""
+    created = utcnow()
     row = NoiseMeasurement(
+        created_at=created,
         environment=summary.environment, env_version=summary.env_version, profile=summary.profile,
         hardware=summary.hardware, hardware_description=summary.hardware_description, n=summary.n,
         start_mean=summary.start_mean, start_sd=summary.start_sd, reference_mean=summary.reference_mean,
@@ -190,7 +192,7 @@ def save_noise(store: Store, summary: NoiseSummary, samples: NoiseSamples) -> No
     )
     with store.session() as session:
         session.add(row)
-    return row
+    return summary.model_copy(update={"created_at": created})
 
 
 def latest_noise(store: Store, env: Environment, profile: str, hardware: str | None = None) -> NoiseSummary | None:
@@ -205,4 +207,5 @@ def latest_noise(store: Store, env: Environment, profile: str, hardware: str | N
         ).first()
         if row is None:
             return None
-        return NoiseSummary.model_validate({**row.summary, "created_at": row.created_at})
+        created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)  # SQLite drops it
+        return NoiseSummary.model_validate({**row.summary, "created_at": created})

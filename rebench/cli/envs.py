@@ -14,7 +14,7 @@ from rebench.tables import Col, print_table
 if TYPE_CHECKING:
     from rebench.noise import NoiseSummary
 
-app = typer.Typer(help="List, inspect, build, calibrate and measure the scoring noise of environments.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True, add_completion=False)
 
 ProfileOption = Annotated[str, typer.Option("--profile", "-p", help="Profile name, e.g. tiny or paper.")]
 BackendOption = Annotated[str | None, typer.Option("--backend", help="local or docker (default: docker if an engine answers).")]
