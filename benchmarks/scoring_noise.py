@@ -26,16 +26,21 @@ GOAL = 0.05
 BUSY_LOOP = "while True: pass"
 
 
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def measure(names: list[str], args: argparse.Namespace, db: Path) -> list[NoiseSummary]:
     for name in names:
-        api.build_environment(name, args.profile, args.backend)
+        api.build_environment(name, args.profile, args.backend, observer=api.Observer(log=progress))
     load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.load)]
     try:
         results = []
         for name in names:
             began = time.monotonic()
             results.append(api.measure_noise(name, args.profile, args.backend, args.n,
-                                             rescore_repeats=args.rescore_repeats, db=db, build=False))
+                                             rescore_repeats=args.rescore_repeats, db=db, build=False,
+                                             observer=api.Observer(log=progress)))
             print(f"{name}: measured in {time.monotonic() - began:.0f} s", file=sys.stderr)
         return results
     finally:
