@@ -12,6 +12,7 @@ to a throwaway database unless --db names one.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,8 @@ from rebench.noise import NoiseSummary
 
 FOUR = "triton_cumsum,small_scaling_law,fix_embedding,restricted_mlm"
 GOAL = 0.05
-BUSY_LOOP = "while True: pass"
+# Spins until its parent (this script) is gone, so a killed benchmark leaves no load behind.
+BUSY_LOOP = "import os, sys\nwhile os.getppid() == int(sys.argv[1]):\n    for _ in range(1_000_000): pass\n"
 
 
 def progress(line: str) -> None:
@@ -33,7 +35,7 @@ def progress(line: str) -> None:
 def measure(names: list[str], args: argparse.Namespace, db: Path) -> list[NoiseSummary]:
     for name in names:
         api.build_environment(name, args.profile, args.backend, observer=api.Observer(log=progress))
-    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.load)]
+    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(os.getpid())]) for _ in range(args.load)]
     try:
         results = []
         for name in names:
