@@ -115,6 +115,7 @@ def test_command_measures_stores_and_envs_show_prints_it(noisy_envs: Path, db_pa
     assert stored["final_start_sd_normalized"] == pytest.approx(stored["start_sd_normalized"])
     code, out, err = run_main(["envs", "show", "counter", "--db", str(db_path)], capsys)
     assert code == 0, err
+    out = " ".join(out.split())
     assert f"sd of the start {stored['start_sd_normalized']:.3f} normalized per call" in out
     assert "n=4" in out and "best: one call" in out
     code, out, err = run_main(["envs", "show", "counter", "--json", "--db", str(db_path)], capsys)
@@ -136,6 +137,9 @@ def test_a_rescore_best_profile_takes_each_final_score_as_a_median(noisy_envs: P
     result = api.measure_noise("counter", "tiny", n=2, rescore_repeats=2, db=db_path)
     assert (result.repeats, result.final_rule, result.n) == (2, "best", 2)
     assert api.noise_measured("counter", db_path)["tiny"] == result
+    code, out, err = run_main(["envs", "show", "counter", "--db", str(db_path)], capsys)
+    out = " ".join(out.split())  # rich wraps at the console's width
+    assert "(median of 3)" in out and "(median of 2, not best)" in out, out
 
 
 BAD_NOISE = [

@@ -115,13 +115,17 @@ def _noise_line(env: Environment, profile: str, measured: NoiseSummary | None) -
         return f"scoring noise here: not measured ({paper_text}; `rebench envs noise {env.name} --profile {profile}`)"
     when = measured.created_at.strftime("%Y-%m-%d") if measured.created_at else "?"
     return (f"scoring noise here: sd of the start {measured.start_sd_normalized:.3f} normalized per call, "
-            f"{measured.final_start_sd_normalized:.3f} by the final rule ({_rule(measured)}); {paper_text} "
+            f"{measured.final_start_sd_normalized:.3f} per final score ({_rule(measured)}); {paper_text} "
             f"(n={measured.n}, {when})")
 
 
 def _rule(measured: NoiseSummary) -> str:
-    """How one final-rule score of the start was taken."""
-    return f"median of {measured.repeats}" if measured.repeats > 1 else f"{measured.final_rule}: one call"
+    """How one final-rule score of the start was taken, and whether the profile's rule takes it so."""
+    if measured.repeats == 1:
+        return f"{measured.final_rule}: one call"
+    if measured.final_rule == "rescore_best":
+        return f"median of {measured.repeats}"
+    return f"median of {measured.repeats}, not {measured.final_rule}"
 
 
 @app.command("noise")
