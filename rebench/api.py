@@ -1,4 +1,4 @@
-"""rebench as a library: what `rebench run`, `envs build|calibrate|show`, `report` and `import` do.
+"""rebench as a library: what `rebench run`, `envs build|calibrate|noise|show`, `report` and `import` do.
 
 The command line is a thin shell over these functions: it parses options, calls one of
 them and prints what comes back. Scripts, notebooks and tests call them directly:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from rebench.calibration import ResolvedAnchors
     from rebench.campaign import CampaignRunner
     from rebench.environments.registry import Environment
+    from rebench.noise import NoiseSummary
     from rebench.report.compute import Report
     from rebench.report.importer import ImportSummary
     from rebench.store.db import Store
@@ -69,6 +70,8 @@ __all__ = [
     "calibrate",
     "choose_backend",
     "import_metr_runs",
+    "measure_noise",
+    "noise_measured",
     "open_store",
     "report",
     "run_campaign",
@@ -244,6 +247,38 @@ def anchors_in_use(environment: str | Environment, db: Store | Path | str | None
     env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
     with using_store(db) as store:
         return {name: resolve_anchors(store, env, name) for name in env.metadata.profiles}
+
+
+def measure_noise(environment: str | Environment, profile: str = "tiny", backend: str | None = "local",
+                  n: int = 10, *, rescore_repeats: int | None = None, db: Store | Path | str | None = None,
+                  build: bool = True, observer: Observer | None = None) -> NoiseSummary:
+    """Score the starting and the reference solution n times each on this machine (the start also
+    under the profile's final rule, see rebench.noise) and store the spread; nothing is stored
+    when a call scores invalidly. `rescore_repeats` measures the start as if the profile
+    re-scored it with that many calls."""
+    from rebench.noise import check_n, final_rule_repeats, sample_noise, save_noise, summarize
+
+    check_n(n)
+    env = _environment(environment, profile)
+    repeats = final_rule_repeats(env.profile(profile), rescore_repeats)
+    observer = observer or Observer()
+    chosen = choose_backend(backend, observer)
+    if build:
+        _build(env, profile, chosen, observer)
+    with using_store(db) as store:  # opened first: a bad --db fails before minutes of scoring
+        samples = asyncio.run(sample_noise(env, profile, backend=chosen, n=n, repeats=repeats, log=observer.log))
+        return save_noise(store, summarize(env, profile, samples), samples)
+
+
+def noise_measured(environment: str | Environment,
+                   db: Store | Path | str | None = None) -> dict[str, NoiseSummary | None]:
+    """Per profile, the newest noise measurement on this machine (None: not measured here)."""
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.noise import latest_noise
+
+    env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
+    with using_store(db) as store:
+        return {name: latest_noise(store, env, name) for name in env.metadata.profiles}
 
 
 def _check_agent(config: AgentConfig) -> None:

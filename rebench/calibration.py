@@ -16,7 +16,7 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 from sqlalchemy import select
@@ -26,6 +26,9 @@ from rebench.errors import RebenchError
 from rebench.scoring.rescore import best_of, rescore_median
 from rebench.store.db import Store
 from rebench.store.models import Calibration
+
+if TYPE_CHECKING:
+    from rebench.sandbox.base import Sandbox
 
 
 class HardwareFingerprint(BaseModel):
@@ -117,14 +120,7 @@ async def measure_anchors(
             result = await run_scoring(sandbox, spec_profile.score_timeout_s)
             log(f"starting solution, run {index + 1}/{repeats}: {result.raw}")
             start.append(result.raw)
-        if env.reference_dir is None:
-            raise RebenchError(f"environment {env.name!r} has no reference/ folder to calibrate with")
-        await sandbox.copy_in(str(env.reference_dir), sandbox.paths.solution, user="agent")
-        if (env.reference_dir / "run.sh").is_file():
-            log("running the reference solution's run.sh")
-            ran = await sandbox.exec("bash run.sh", user="agent", timeout=3 * 3600)
-            if not ran.ok:
-                raise RebenchError(f"reference run.sh of {env.name!r} failed: {ran.stderr.strip()[-300:]}")
+        await load_reference(sandbox, env, log)
         reference = []
         for index in range(repeats):
             result = await run_scoring(sandbox, spec_profile.score_timeout_s)
@@ -142,6 +138,18 @@ def calibration_repeats(env: Environment, profile: str, requested: int | None = 
         return requested
     spec = env.profile(profile)
     return spec.rescore.repeats if spec.final_score == "rescore_best" else 3
+
+
+async def load_reference(sandbox: Sandbox, env: Environment, log: Callable[[str], None]) -> None:
+    """Put the reference solution in the sandbox's solution folder and run its run.sh, if any."""
+    if env.reference_dir is None:
+        raise RebenchError(f"environment {env.name!r} has no reference/ folder to measure")
+    await sandbox.copy_in(str(env.reference_dir), sandbox.paths.solution, user="agent")
+    if (env.reference_dir / "run.sh").is_file():
+        log("running the reference solution's run.sh")
+        ran = await sandbox.exec("bash run.sh", user="agent", timeout=3 * 3600)
+        if not ran.ok:
+            raise RebenchError(f"reference run.sh of {env.name!r} failed: {ran.stderr.strip()[-300:]}")
 
 
 def save_calibration(store: Store, env: Environment, profile: str,

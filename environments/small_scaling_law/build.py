@@ -19,9 +19,9 @@ TINY_VAL_TOKENS = 200_000
 
 
 def constants(params: dict) -> dict:
-    keys = ("n_layer", "n_head", "block_size", "batch_size", "target_flops", "experiment_flops_cap",
-            "learning_rate", "warmup_iters", "eval_iters", "device")
-    return {k: params[k] for k in keys}
+    keys = ("n_layer", "n_head", "block_size", "batch_size", "learning_rate", "warmup_iters", "eval_iters", "device")
+    flops = ("target_flops", "experiment_flops_cap")  # written as text in environment.toml ("4e11")
+    return {**{k: params[k] for k in keys}, **{k: float(params[k]) for k in flops}}
 
 
 def build_tiny_data(data_dir: Path) -> None:
@@ -53,7 +53,7 @@ def main() -> None:
     (workspace / "answer.json").write_text(json.dumps(answer, indent=2) + "\n", encoding="utf-8")
     width = int(params["example_n_embd"])
     per_iter = params["n_layer"] * width**2 * 12 * 6 * params["block_size"] * params["batch_size"]
-    steps = int(params["experiment_flops_cap"] // per_iter // 2)
+    steps = int(float(params["experiment_flops_cap"]) // per_iter // 2)
     (workspace / "example_config.py").write_text(
         f"# An example experiment, half the FLOPs cap: python train.py example_config.py\n"
         f"n_embd = {width}\nmax_iters = {steps}\nlog_interval = 50\n",

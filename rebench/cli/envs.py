@@ -1,8 +1,8 @@
-"""`rebench envs list|show|build|calibrate`: options in, rebench.api (or the registry) called, results printed."""
+"""`rebench envs list|show|build|calibrate|noise`: options in, rebench.api (or the registry) called, results printed."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,9 @@ from rebench.cli.common import DbOption, JsonOption, console, fmt, observer, pri
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.tables import Col, print_table
+
+if TYPE_CHECKING:
+    from rebench.noise import NoiseSummary
 
 app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True, add_completion=False)
 
@@ -53,12 +56,14 @@ def list_command(json_output: JsonOption = False) -> None:
 @app.command("show")
 def show_command(name: str, db: DbOption = None, json_output: JsonOption = False) -> None:
     """Metadata, profiles and the anchors normalization will use on this machine."""
-    from rebench.api import anchors_in_use
+    from rebench.api import anchors_in_use, noise_measured
 
     env = EnvironmentRegistry().get(name)
     resolved = {p: anchors.model_dump() for p, anchors in anchors_in_use(env, db).items()}
+    noise = noise_measured(env, db)
     if json_output:
-        print_json({"metadata": env.metadata.model_dump(), "root": str(env.root), "anchors_in_use": resolved})
+        print_json({"metadata": env.metadata.model_dump(), "root": str(env.root), "anchors_in_use": resolved,
+                    "noise_here": {p: m.model_dump(mode="json") if m else None for p, m in noise.items()}})
         return
     meta = env.metadata
     console.print(f"[bold]{meta.title}[/] ({meta.name} {meta.version})\n{meta.summary}\nfolder: {env.root}")
@@ -73,7 +78,8 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
             f"visible to agent: {profile.score_visible}, timeout {profile.score_timeout_s:g} s\n"
             f"  declared anchors: start {profile.anchors.start}, reference {profile.anchors.reference} "
             f"({profile.anchors.source})\n"
-            f"  in use here: start {anchors['start']:.4f}, reference {anchors['reference']:.4f} ({anchors['kind']})"
+            f"  in use here: start {anchors['start']:.4f}, reference {anchors['reference']:.4f} ({anchors['kind']})\n"
+            f"  {_noise_line(env, profile_name, noise[profile_name])}"
         )
 
 
@@ -105,3 +111,68 @@ def calibrate_command(
     from rebench.api import calibrate
 
     calibrate(name, profile, backend, repeats, db=db, observer=observer())
+
+
+def _noise_line(env: Environment, profile: str, measured: NoiseSummary | None) -> str:
+    from rebench.noise import paper_start_sd
+
+    paper = paper_start_sd(env)
+    paper_text = f"paper {paper:g}" if paper is not None else "no paper figure"
+    if measured is None:
+        return f"scoring noise here: not measured ({paper_text}; `rebench envs noise {env.name} --profile {profile}`)"
+    when = measured.created_at.strftime("%Y-%m-%d") if measured.created_at else "?"
+    return (f"scoring noise here: sd of the start {measured.start_sd_normalized:.3f} normalized per call, "
+            f"{measured.final_start_sd_normalized:.3f} per final score ({_rule(measured)}); {paper_text} "
+            f"(n={measured.n}, {when})")
+
+
+def _rule(measured: NoiseSummary) -> str:
+    """How one final-rule score of the start was taken, and whether the profile's rule takes it so."""
+    if measured.repeats == 1:
+        return f"{measured.final_rule}: one call"
+    if measured.final_rule == "rescore_best":
+        return f"median of {measured.repeats}"
+    return f"median of {measured.repeats}, not {measured.final_rule}"
+
+
+@app.command("noise")
+def noise_command(
+    name: str,
+    profile: ProfileOption = "tiny",
+    n: Annotated[int, typer.Option("-n", help="Scores of each solution (2-100).")] = 10,
+    rescore_repeats: Annotated[int | None, typer.Option(
+        "--rescore-repeats",
+        help="Take each final-rule score of the start as the median of this many calls "
+             "(default: the profile's rescore.repeats under rescore_best, else 1).")] = None,
+    backend: BackendOption = "local",
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Score the starting and reference solutions n times each here; print and store their spread."""
+    from rebench.api import measure_noise
+
+    result = measure_noise(name, profile, backend, n, rescore_repeats=rescore_repeats, db=db, observer=observer())
+    if json_output:
+        print_json(result.model_dump(mode="json"))
+        return
+    print_noise(result)
+
+
+def print_noise(result: NoiseSummary) -> None:
+    """The measurement as a table: raw mean and sd, sd in normalized units, and the paper's figure."""
+    rows = [
+        ["start", "one call", str(result.start_calls), fmt(result.start_mean, 4), fmt(result.start_sd, 4),
+         fmt(result.start_sd_normalized, 3), fmt(result.paper_start_sd, 3)],
+        ["start", f"final ({_rule(result)})", f"{result.n}x{result.repeats}", fmt(result.final_start_mean, 4),
+         fmt(result.final_start_sd, 4), fmt(result.final_start_sd_normalized, 3), fmt(result.paper_start_sd, 3)],
+        ["reference", "one call", str(result.n), fmt(result.reference_mean, 4), fmt(result.reference_sd, 4),
+         fmt(result.reference_sd_normalized, 3), "-"],
+    ]
+    columns = [Col("solution", key=True), Col("score", key=True), Col("calls", justify="right"),
+               Col("raw mean", justify="right"), Col("raw sd", justify="right"),
+               Col("sd norm.", justify="right"), Col("paper", justify="right")]
+    print_table(console, f"Scoring noise: {result.environment} ({result.profile}) on {result.hardware_description}",
+                columns, rows, more="--json")
+    console.print(f"sd norm.: raw sd / |reference mean - start mean| ({result.scale:.4g}); paper: RE-Bench's "
+                  f"sd of the starting score (Table 6, its hardware); {result.seconds_per_call:.1f} s per call",
+                  highlight=False)
