@@ -41,6 +41,7 @@ from rebench.scoring.rescore import (
     RescoreSummary,
     ScoreSnapshots,
     final_candidate,
+    final_rule_sentence,
     kill_agent_processes,
     rescore,
 )
@@ -120,15 +121,15 @@ class AttemptRunner:
     def rule_of(self, profile: Profile) -> FinalRule:
         return self.final_rule or profile.final_score
 
-    def _rule_text(self, profile: Profile) -> str:
-        """Under rescore_best the agent is told how its final score is taken (it is not its best call)."""
-        if self.rule_of(profile) != "rescore_best":
-            return ""
-        rescore = profile.rescore
-        return (f"\n\nHow the final score is taken in this run: when your time is up, the solutions behind your "
-                f"{rescore.candidates} best valid score calls (as they were when you called score; different "
-                f"solutions only) are scored again {rescore.repeats} times each, and the best of their median "
-                "scores counts, not your single best score call. A run that fails counts as the worst result.\n")
+    def _instructions(self, profile_name: str, profile: Profile, paths: Any) -> str:
+        """The task text, telling the agent how its final score is taken under this run's rule: in
+        the text's own words where it has a `${final_rule_text}` placeholder, else, under
+        rescore_best (where "your best call counts" would be wrong), in a paragraph at the end."""
+        rule = self.rule_of(profile)
+        text = self.env.instructions(profile_name, paths, final_rule=rule)
+        if rule != "rescore_best" or self.env.mentions_final_rule():
+            return text
+        return f"{text}\n\n{final_rule_sentence(rule, profile.rescore)}\n"
 
     def _update(self, attempt_id: int, **fields: Any) -> None:
         with self.store.session() as session:
@@ -175,7 +176,7 @@ class AttemptRunner:
                     recorder.pause_ended(pause_row, interval)
             ctx = AttemptContext(
                 sandbox=sandbox, recorder=recorder, clock=clock,
-                instructions=self.env.instructions(profile_name, sandbox.paths) + self._rule_text(profile),
+                instructions=self._instructions(profile_name, profile, sandbox.paths),
                 environment=EnvironmentInfo(
                     name=self.env.name, title=self.env.metadata.title, version=self.env.version,
                     profile=profile_name, direction=profile.direction, score_visible=profile.score_visible,

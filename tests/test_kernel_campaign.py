@@ -35,8 +35,8 @@ def test_reference_scores_near_one_and_start_near_zero_after_calibration(
     assert 0.8 <= normalized <= 1.25, normalized
 
     script = tmp_path / "start-only.yaml"
-    # Only the starting solution is scored; three score calls, of which the best counts as in any attempt,
-    # so one call slowed by a busy shared CPU does not decide the result.
+    # Only the starting solution is scored, three times; the snapshots are identical, so the final rule
+    # re-scores that one solution `repeats` times and its median counts, as the anchors' did.
     script.write_text(yaml.safe_dump({"actions": [{"score": {}}, {"score": {}}, {"score": {}}, {"submit": None}]}))
     result = run_cli("run", "--env", "triton_cumsum", "--agent", "replay", "--agent-arg", f"script={script}",
                      "--profile", "tiny", "--budget", "5m", "--backend", "local", "--db", str(db), timeout=600,

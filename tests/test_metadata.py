@@ -81,6 +81,20 @@ def test_instructions_are_filled_from_profile(fixture_envs: Path) -> None:
     assert "/x/solution/value.txt" in text and "profile tiny" in text
 
 
+def test_kernel_instructions_state_the_final_rule_in_use() -> None:
+    """The kernel's text says how its final score is taken: re-scored on tiny, the best call on
+    paper, and whatever another rule a run chose (never "the best counts" under rescore_best)."""
+    env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
+    paths = SandboxPaths(solution="/x/solution")
+    tiny = env.instructions("tiny", paths)
+    repeats = env.profile("tiny").rescore.repeats
+    assert f"scored again {repeats} times each" in tiny and "**best** valid score" not in tiny
+    assert "**best** valid score" in env.instructions("paper", paths)
+    assert f"again {env.profile('paper').rescore.repeats} times" in env.instructions(
+        "paper", paths, final_rule="rescore_best")
+    assert env.mentions_final_rule() and "${" not in tiny
+
+
 def test_kernel_metadata_is_faithful_in_paper_profile() -> None:
     env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
     paper = env.profile("paper")

@@ -135,6 +135,9 @@ def test_final_rule_option_opts_a_profile_in(fixture_envs: Path, tmp_path: Path,
     assert result.returncode == 0, result.stderr
     # the tiny profile's own rescore settings are the defaults (5 repeats): 2 6 7 7 7, median 7
     assert rows(db_path, "select final_raw, final_rule, rule_raw from attempts") == [(7.0, "rescore_best", 9.0)]
+    # counter's instructions do not say how the final score is taken, so the rule is told after them
+    (start,) = rows(db_path, "select data from events where kind = 'start'")
+    assert "scored again 5 times each" in json.loads(start[0])["instructions"]
     bad = run_replay(tmp_path, tmp_path / "other.db", actions, "--final-rule", "median")
     assert bad.returncode == 2 and "median" in bad.stderr and "rescore_best" in bad.stderr
     other = tmp_path / "other.db"

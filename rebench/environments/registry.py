@@ -112,8 +112,11 @@ class Environment:
             "score_timeout_s": spec.score_timeout_s,
         }
 
-    def instructions(self, profile: str, paths: SandboxPaths) -> str:
-        """The agent-facing task text with profile values and paths filled in."""
+    def instructions(self, profile: str, paths: SandboxPaths, *, final_rule: str | None = None) -> str:
+        """The agent-facing task text with profile values and paths filled in; `final_rule_text`
+        says how the final score is taken (the profile's rule unless the run chose another)."""
+        from rebench.scoring.rescore import final_rule_sentence
+
         source = self.root / "instructions.md"
         if not source.is_file():
             raise ConfigError(f"{self.root}: instructions.md is missing")
@@ -126,11 +129,17 @@ class Environment:
             "profile": profile,
             "score_timeout_s": int(spec.score_timeout_s),
             "direction": "lower" if spec.direction == "lower" else "higher",
+            "final_rule_text": final_rule_sentence(final_rule or spec.final_score, spec.rescore),
         }
         try:
             return Template(source.read_text(encoding="utf-8")).substitute(values)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{source}: placeholder {exc} has no value in profile {profile!r}") from None
+
+    def mentions_final_rule(self) -> bool:
+        """Whether instructions.md says how the final score is taken through `${final_rule_text}`."""
+        source = self.root / "instructions.md"
+        return source.is_file() and "${final_rule_text}" in source.read_text(encoding="utf-8")
 
     def content_hash(self, profile: str, extra: bytes = b"") -> str:
         """A stable hash of the folder (minus tests and caches), the profile and the environment

@@ -36,6 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from rebench.environments.metadata import Rescore
 from rebench.sandbox.base import Sandbox
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 from rebench.scoring.result import ScoreResult
@@ -238,3 +239,15 @@ async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candi
         entry.median = rescore_median(entry.raws, direction)
     return RescoreSummary(final_raw=best_of([c.median for c in results], direction), candidates=results,
                           skipped=skipped, failed=sum(c.failed for c in results), repeats=repeats)
+
+
+def final_rule_sentence(rule: str, rescore: Rescore) -> str:
+    """How an attempt's final score is taken, in the words the agent reads."""
+    if rule == "last":
+        return "The **last** valid score of the attempt counts."
+    if rule == "rescore_best":
+        return (f"How the final score is taken: when your time is up, the solutions behind your "
+                f"{rescore.candidates} best valid score calls (as they were when you called score; different "
+                f"solutions only) are scored again {rescore.repeats} times each, and the best of their median "
+                "scores counts, not your single best score call. A run that fails counts as the worst result.")
+    return "The **best** valid score of the attempt counts."
