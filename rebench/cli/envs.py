@@ -12,6 +12,7 @@ from rebench.errors import RebenchError
 from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:
+    from rebench.environments.metadata import Profile
     from rebench.noise import NoiseSummary
 
 app = typer.Typer(help="List, inspect, build and calibrate environments.", no_args_is_help=True, add_completion=False)
@@ -74,13 +75,21 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
             f"  hardware: {profile.hardware}\n"
             f"  resources: {profile.resources.gpus} GPU, {profile.resources.cpus:g} CPU, "
             f"{profile.resources.memory_gb:g} GB\n"
-            f"  score: {profile.direction} is better, final = {profile.final_score} valid, "
+            f"  score: {profile.direction} is better, final = {_final_text(profile)}, "
             f"visible to agent: {profile.score_visible}, timeout {profile.score_timeout_s:g} s\n"
             f"  declared anchors: start {profile.anchors.start}, reference {profile.anchors.reference} "
             f"({profile.anchors.source})\n"
             f"  in use here: start {anchors['start']:.4f}, reference {anchors['reference']:.4f} ({anchors['kind']})\n"
             f"  {_noise_line(env, profile_name, noise[profile_name])}"
+            + "".join(f"\n  operator asset {a.name} ({a.file}): {a.source}" for a in profile.assets)
         )
+
+
+def _final_text(profile: Profile) -> str:
+    if profile.final_score != "rescore_best":
+        return f"{profile.final_score} valid"
+    rescore = profile.rescore
+    return f"median of {rescore.repeats} re-scores, best of the {rescore.candidates} best score calls' solutions"
 
 
 @app.command("build")
