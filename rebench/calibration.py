@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
-import subprocess
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
@@ -55,13 +53,9 @@ def _cpu_model() -> str:
 
 
 def _gpus() -> list[str]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.split("(")[0].strip() for line in out.splitlines() if line.strip()]
+    from rebench.preflight import gpu_listing
+
+    return [line.split("(")[0].strip() for line in gpu_listing()]
 
 
 def hardware_fingerprint() -> HardwareFingerprint:

@@ -22,16 +22,21 @@ from rebench.errors import RebenchError
 Purpose = Literal["build", "run", "calibrate"]
 
 
-def gpu_inventory() -> list[int]:
-    """Device ids of the NVIDIA GPUs `nvidia-smi -L` lists here ([] without the driver)."""
+def gpu_listing() -> list[str]:
+    """The lines of `nvidia-smi -L` ([] without the driver), one per GPU."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return [line for line in listing.splitlines() if line.strip()]
+
+
+def gpu_inventory() -> list[int]:
+    """Device ids of the NVIDIA GPUs `nvidia-smi -L` lists here."""
     ids = []
-    for line in listing.splitlines():  # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+    for line in gpu_listing():  # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
         head = line.split(":", 1)[0]
         if head.startswith("GPU ") and head[4:].strip().isdigit():
             ids.append(int(head[4:]))
