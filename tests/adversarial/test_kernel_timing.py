@@ -249,9 +249,15 @@ def _helpers_left(marker: str) -> list[int]:
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_hostile_helpers_gain_nothing_when_scored_locally(tmp_path: Path, attack: str) -> None:
     source = ATTACKS[attack]
-    honest = [_score_locally(tmp_path, f"honest{i}", HONEST) for i in range(2)]
-    hostile = [_score_locally(tmp_path, f"hostile{i}", source) for i in range(2)]
-    assert_no_gain([r["raw"] for r in honest], [r["raw"] for r in hostile])
+    honest: list[dict[str, Any]] = []
+    hostile: list[dict[str, Any]] = []
+    for i in range(3):  # in turns: this machine's timings drift in phases lasting several processes
+        honest.append(_score_locally(tmp_path, f"honest{i}", HONEST))
+        hostile.append(_score_locally(tmp_path, f"hostile{i}", source))
+    # the fastest single call of each (noise only adds time), not the median a score reports
+    assert all(r["raw"] is not None for r in honest + hostile), [r["message"] for r in honest + hostile]
+    assert_no_gain([math.log(min(r["details"]["times_ms"])) for r in honest],
+                   [math.log(min(r["details"]["times_ms"])) for r in hostile])
     for result in hostile:
         assert result["message"].get("correct") is True, result
         assert "attack: helper" in result["details"]["solution_output"], result  # the attack really ran
