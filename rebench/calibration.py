@@ -21,7 +21,8 @@ from sqlalchemy import select
 
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
-from rebench.scoring.rescore import best_of, rescore_median
+from rebench.scoring.normalize import final_raw_score
+from rebench.scoring.rescore import rescore_median
 from rebench.store.db import Store
 from rebench.store.models import Calibration
 
@@ -159,7 +160,7 @@ def save_calibration(store: Store, env: Environment, profile: str,
     spec = env.profile(profile)
     rule = spec.final_score
     pick = ((lambda values: rescore_median(values, spec.direction)) if rule == "rescore_best"
-            else (lambda values: best_of(values, spec.direction)))
+            else (lambda values: final_raw_score(values, rule="best", direction=spec.direction)))
     hardware = hardware_fingerprint()
     start_raw, reference_raw = pick(start), pick(reference)
     assert start_raw is not None and reference_raw is not None  # every run is valid (checked above)

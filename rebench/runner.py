@@ -42,7 +42,6 @@ from rebench.scoring.rescore import (
     ScoreSnapshots,
     final_candidate,
     final_rule_sentence,
-    kill_agent_processes,
     rescore,
 )
 from rebench.scoring.run import run_scoring
@@ -272,9 +271,12 @@ class AttemptRunner:
             cancelled = False
             if sandbox is not None:
                 killed: int | None = None
+                kill_error: str | None = None
                 if rescoring:  # nothing the agent started may run on while its solution is copied and re-scored
-                    with contextlib.suppress(Exception):
-                        killed = await kill_agent_processes(sandbox)
+                    try:
+                        killed = await sandbox.kill_agent_processes()
+                    except Exception as exc:
+                        kill_error = f"{type(exc).__name__}: {exc}"
                 target = base / "final" if rescoring else base
                 try:
                     report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
@@ -288,7 +290,7 @@ class AttemptRunner:
                 if rescoring:
                     try:
                         summary = await self._rescore(attempt_id, outcome, sandbox, recorder,
-                                                      score_snapshots, snapshot)
+                                                      score_snapshots, snapshot, kill_error)
                     except asyncio.CancelledError:
                         cancelled = True
                         outcome.status, outcome.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
@@ -313,15 +315,18 @@ class AttemptRunner:
 
     async def _rescore(self, attempt_id: int, outcome: AttemptOutcome, sandbox: Sandbox,
                        recorder: AttemptRecorder, score_snapshots: ScoreSnapshots | None,
-                       final_snapshot: str | None) -> RescoreSummary | None:
-        """Re-score the best snapshots, unless the attempt was interrupted or its sandbox is gone
-        (then None: the row keeps RE-Bench's rule, and a note says why). Without snapshots at score
+                       final_snapshot: str | None, kill_error: str | None) -> RescoreSummary | None:
+        """Re-score the best snapshots, unless the attempt was interrupted, its sandbox is gone or
+        the agent's processes could not be stopped (then None: the row keeps RE-Bench's rule, and
+        a note says why). Without snapshots at score
         calls (`snapshot_each_score = false`) the solution the agent ended with is re-scored."""
         why = None
         if outcome.status == AttemptStatus.INTERRUPTED:
             why = "the attempt was interrupted"
         elif outcome.error_source == ErrorSource.INFRASTRUCTURE or not await sandbox.alive():
             why = "the sandbox failed"
+        elif kill_error is not None:
+            why = f"the agent's processes could not be stopped ({kill_error})"
         if why is not None:
             recorder.event("note", message=f"not re-scored: {why}; the final score is RE-Bench's rule "
                            "(best intermediate score)")

@@ -286,3 +286,23 @@ def test_stop_kills_everything_and_ends_the_sandbox(backend: str, tmp_path: Path
     if backend == "local" or os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):
         assert after["running"], "the background process should have been seen on this host"
     assert after["left"] == []
+
+
+def test_kill_agent_processes_ends_the_agents_background_work_and_keeps_the_sandbox(backend: str,
+                                                                                      tmp_path: Path) -> None:
+    """What re-scoring relies on once the agent has ended: nothing the agent started (even in its
+    own session) runs on, and the sandbox still runs commands afterwards."""
+    lingering = _seconds()
+
+    async def body(sb: Sandbox) -> dict[str, Any]:
+        await sb.exec(f"nohup setsid sleep {lingering} >/dev/null 2>&1 &")
+        before = await sb.exec(f"pgrep -fc '{_pattern(lingering)}' || true")
+        killed = await sb.kill_agent_processes()
+        await asyncio.sleep(0.2)
+        after = await sb.exec(f"pgrep -fc '{_pattern(lingering)}' || true")
+        return {"before": before.stdout.strip(), "killed": killed, "after": after, "alive": await sb.alive()}
+
+    out = run_in(backend, tmp_path, body)
+    assert out["before"] == "1" and out["killed"] >= 1
+    assert out["after"].exit_code == 0 and out["after"].stdout.strip() == "0"
+    assert out["alive"]

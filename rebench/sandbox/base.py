@@ -142,6 +142,12 @@ class Sandbox(Protocol):
         does not exist, SandboxError if the sandbox failed."""
         ...
 
+    async def kill_agent_processes(self) -> int:
+        """Kill every process the agent started (background ones included) and return how many,
+        leaving the sandbox usable: the harness re-scores in it after the agent has ended, and
+        nothing of the agent's may run beside that. Raises SandboxError if it cannot."""
+        ...
+
     async def alive(self) -> bool:
         """Whether the sandbox is started and still there; never raises."""
         ...

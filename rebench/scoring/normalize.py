@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from typing import Literal
 
 
-def _is_valid(value: float | None) -> bool:
+def is_valid(value: float | None) -> bool:
+    """A score that counts: present and finite."""
     return value is not None and math.isfinite(value)
 
 
@@ -23,7 +24,7 @@ def final_raw_score(
 ) -> float | None:
     """The attempt's final raw score by RE-Bench's rules: best or last valid one (None when none
     is valid). `rescore_best` starts from the best too; the runner then re-scores."""
-    valid = [float(r) for r in raws if r is not None and _is_valid(r)]
+    valid = [float(r) for r in raws if r is not None and is_valid(r)]
     if not valid:
         return None
     if rule == "last":
@@ -35,7 +36,7 @@ def normalize(raw: float | None, start: float, reference: float, *, clip: bool =
     """(raw - start) / (reference - start); works for both directions because the
     denominator is negative when lower is better. Invalid scores are 0, and so are
     scores worse than the start when `clip` is set (the paper's rule)."""
-    if not _is_valid(raw):
+    if not is_valid(raw):
         return 0.0
     assert raw is not None
     value = (raw - start) / (reference - start)

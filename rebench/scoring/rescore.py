@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import os
 import shutil
 import stat
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -39,6 +38,7 @@ from pydantic import BaseModel, Field
 from rebench.environments.metadata import Rescore
 from rebench.sandbox.base import Sandbox
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
+from rebench.scoring.normalize import final_raw_score, is_valid
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import run_scoring
 from rebench.store.models import ScoreEvent
@@ -144,15 +144,11 @@ class RescoreSummary(BaseModel):
     agent_processes_killed: int | None = None
 
 
-def _valid(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
 def rescore_median(values: Sequence[float | None], direction: Direction) -> float | None:
     """The median of re-scores, an invalid one ranking below every valid one (module docstring)."""
     if not values:
         return None
-    valid = sorted((float(v) for v in values if v is not None and _valid(v)), reverse=direction == "higher")
+    valid = sorted((float(v) for v in values if v is not None and is_valid(v)), reverse=direction == "higher")
     ranked: list[float | None] = [*valid, *([None] * (len(values) - len(valid)))]
     middle = len(ranked) // 2
     if len(ranked) % 2:
@@ -161,18 +157,11 @@ def rescore_median(values: Sequence[float | None], direction: Direction) -> floa
     return None if low is None or high is None else (low + high) / 2
 
 
-def best_of(values: Sequence[float | None], direction: Direction) -> float | None:
-    valid = [float(v) for v in values if v is not None and _valid(v)]
-    if not valid:
-        return None
-    return min(valid) if direction == "lower" else max(valid)
-
-
 def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
                       direction: Direction) -> tuple[list[ScoreSnapshot], list[str]]:
     """The snapshots behind the best `count` valid intermediate scores, distinct by content;
     also what was passed over (incomplete snapshots) and why."""
-    scored = [s for s in snapshots if s.score_id is not None and _valid(s.raw)]
+    scored = [s for s in snapshots if s.score_id is not None and is_valid(s.raw)]
     scored.sort(key=lambda s: float(s.raw) if direction == "lower" else -float(s.raw))  # type: ignore[arg-type]
     chosen: list[ScoreSnapshot] = []
     skipped: list[str] = []
@@ -189,13 +178,6 @@ def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
         seen.add(snapshot.sha256)
         chosen.append(snapshot)
     return chosen, skipped
-
-
-async def kill_agent_processes(sandbox: Sandbox) -> int | None:
-    """Kill whatever the agent left running, so nothing it started can touch the re-scoring;
-    None when the backend offers no way to (the re-score then still uses the snapshots)."""
-    kill: Callable[[], Awaitable[int]] | None = getattr(sandbox, "kill_agent_processes", None)
-    return None if kill is None else await kill()
 
 
 async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
@@ -237,7 +219,8 @@ async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candi
             entry.raws.append(result.raw if result.valid else None)
         entry.failed = sum(1 for raw in entry.raws if raw is None)
         entry.median = rescore_median(entry.raws, direction)
-    return RescoreSummary(final_raw=best_of([c.median for c in results], direction), candidates=results,
+    best = final_raw_score([c.median for c in results], rule="best", direction=direction)
+    return RescoreSummary(final_raw=best, candidates=results,
                           skipped=skipped, failed=sum(c.failed for c in results), repeats=repeats)
 
 
