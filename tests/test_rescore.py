@@ -263,3 +263,46 @@ def test_a_stale_snapshot_folder_of_the_same_attempt_id_is_left_alone(fixture_en
         (6.0, str(db_path.parent / "snapshots" / "attempt-1.2" / "final"))]
     assert (stale / "score-001" / "value.txt").read_text() == "999"
     assert sorted(p.name for p in stale.iterdir()) == ["score-001"]
+
+
+STUBBORN_BACKEND = '''
+from rebench.errors import SandboxError
+from rebench.sandbox import local
+from rebench.sandbox.base import SandboxBackend
+
+
+def create(spec, env):
+    sandbox = local.BACKEND.create(spec, env)
+
+    async def cannot_kill():
+        raise SandboxError("this backend cannot stop the agent's processes")
+
+    sandbox.kill_agent_processes = cannot_kill
+    return sandbox
+
+
+BACKEND = SandboxBackend(create=create)
+'''
+
+
+def test_an_agent_that_cannot_be_stopped_is_not_rescored(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
+    """A third-party backend (installed through the real entry points) whose sandbox cannot stop
+    the agent's processes: re-scoring beside them could be tampered with, so the attempt keeps
+    RE-Bench's rule and says why. The local sandbox with a failing kill stands in for such a backend."""
+    from .plugin_support import install_distribution
+
+    install_distribution(tmp_path / "site", "stubborn_sandboxes", "stubborn_sandboxes", STUBBORN_BACKEND,
+                         "rebench.sandboxes", {"stubborn": "BACKEND"})
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [
+        {"write_file": {"path": "value.txt", "content": A}}, {"score": {}}, {"submit": None}]}))
+    result = run_cli("run", "--env", "counter", "--agent", "replay", "--agent-arg", f"script={script}",
+                     "--profile", "rescore", "--budget", "2m", "--backend", "stubborn", "--db", str(db_path),
+                     "--no-calibrate",
+                     env={"REBENCH_ENVIRONMENTS": os.environ["REBENCH_ENVIRONMENTS"],
+                          "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])})
+    assert result.returncode == 0, result.stderr
+    assert rows(db_path, "select final_raw, final_rule, rule_raw from attempts") == [(9.0, "best", 9.0)]
+    assert rows(db_path, "select count(*) from score_events where kind = 'rescore'") == [(0,)]
+    notes = [json.loads(data)["message"] for (data,) in rows(db_path, "select data from events where kind = 'note'")]
+    assert any("not re-scored" in n and "cannot stop the agent's processes" in n for n in notes), notes
