@@ -69,6 +69,11 @@ class SandboxSpec(BaseModel):
     max_processes: int = 2048
     network: bool = False
     env: dict[str, str] = Field(default_factory=dict)
+    keep_alive: bool = False
+    """A human attempt's sandbox: it outlives the harness process (no removal when the harness's
+    stream closes; the harness reconnects through `gate_dir`). Docker only."""
+    gate_dir: str | None = None
+    """Host folder mounted (root-only inside) at /run/rebench/gate: sockets and recordings."""
 
 
 @runtime_checkable

@@ -211,10 +211,33 @@ class Note(_Payload):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class Task(_Payload):
+    """A `task` command run by the expert inside a human attempt's sandbox, and its answer."""
+
+    kind: Literal["task"] = "task"
+    command: str
+    args: list[str] = Field(default_factory=list)
+    exit_code: int = 0
+    output: str = ""
+
+
+class SshSession(_Payload):
+    """One SSH session of a human attempt (`mode`: pty, exec or sftp) and its recording."""
+
+    kind: Literal["ssh_session"] = "ssh_session"
+    session: int
+    mode: str
+    command: str | None = None
+    recording: str | None = None
+    ended: bool = False
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+
+
 EventPayload = Annotated[
     Start | Bash | Python | ReadFile | WriteFile | UploadDir | Score | ScoreLog | Submit | Sleep | ModelCall
     | Limit | AgentError | Snapshot | ModelError | ProviderRetry | BudgetSpent | AgentGaveUp | ToolResult
-    | ContextTrimmed | ContextTargetReduced | Note,
+    | ContextTrimmed | ContextTargetReduced | Note | Task | SshSession,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[EventPayload] = TypeAdapter(EventPayload)
@@ -222,7 +245,7 @@ PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     model.model_fields["kind"].default: model
     for model in (Start, Bash, Python, ReadFile, WriteFile, UploadDir, Score, ScoreLog, Submit, Sleep, ModelCall,
                   Limit, AgentError, Snapshot, ModelError, ProviderRetry, BudgetSpent, AgentGaveUp, ToolResult,
-                  ContextTrimmed, ContextTargetReduced, Note)
+                  ContextTrimmed, ContextTargetReduced, Note, Task, SshSession)
 }
 if set(PAYLOAD_MODELS) != {k.value for k in EventKind}:  # pragma: no cover - a schema edit left one side behind
     raise RuntimeError(f"event kinds and payload models differ: {set(PAYLOAD_MODELS) ^ {k.value for k in EventKind}}")

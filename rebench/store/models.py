@@ -84,6 +84,11 @@ class EventKind(StrEnum):
     CONTEXT_TARGET_REDUCED = "context_target_reduced"
     NOTE = "note"
     """Free-form note for agents outside this package: a message and a JSON object."""
+    # human attempts (rebench.human)
+    TASK = "task"
+    """A `task` command an expert ran inside the sandbox (start, pause, resume, status, ...)."""
+    SSH_SESSION = "ssh_session"
+    """One SSH session of an expert, with where its recording is."""
 
 
 ATTEMPT_STATUSES = tuple(s.value for s in AttemptStatus)
@@ -246,6 +251,60 @@ class Pause(Base):
     end_s: Mapped[float | None] = mapped_column(Float)
 
     attempt: Mapped[Attempt] = relationship(back_populates="pauses")
+
+
+class HumanState(StrEnum):
+    """Where a human attempt is: its container is up and the expert may connect in
+    `waiting` (clock not started), `working` and `on_break`; `ended` once it is finished."""
+
+    STARTING = "starting"
+    WAITING = "waiting"
+    WORKING = "working"
+    ON_BREAK = "on_break"
+    ENDING = "ending"
+    ENDED = "ended"
+
+
+class HumanSession(Base):
+    """The live side of a human attempt (agent `human`): who the expert is, how they connect,
+    which container holds their work and which harness process looks after it. It outlives
+    the harness process, so `rebench human attach` can pick the attempt up again."""
+
+    __tablename__ = "human_sessions"
+
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), primary_key=True)
+    expert: Mapped[str] = mapped_column(String(128), index=True)
+    public_key: Mapped[str] = mapped_column(Text)
+    key_fingerprint: Mapped[str] = mapped_column(String(128), default="")
+    bind: Mapped[str] = mapped_column(String(64), default="127.0.0.1")
+    port: Mapped[int | None] = mapped_column(Integer)
+    gate_dir: Mapped[str | None] = mapped_column(Text)
+    """Host folder mounted into the container: the SSH gate's and the harness's sockets, the recordings."""
+    container_id: Mapped[str | None] = mapped_column(String(128))
+    supervisor_pid: Mapped[int | None] = mapped_column(Integer)
+    supervisor_host: Mapped[str | None] = mapped_column(String(255))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    clock_origin: Mapped[float | None] = mapped_column(Float)
+    """Unix time at which the attempt clock's offsets (pauses' start_s/end_s, events' working_s) count from."""
+    state: Mapped[HumanState] = mapped_column(EnumString(HumanState, 16), default=HumanState.STARTING)
+    stop_requested: Mapped[str | None] = mapped_column(Text)
+    """Set by `rebench human stop`: why; the supervisor ends the attempt at its next tick."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PauseCorrection(Base):
+    """A pause added after the fact (`rebench human adjust`): audited, never folded into `pauses`,
+    so reports can show working time with and without corrections."""
+
+    __tablename__ = "pause_corrections"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    start_s: Mapped[float] = mapped_column(Float)
+    end_s: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Calibration(Base):
