@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "import": Subcommand("rebench.cli.import_cmd", "app", "Import results produced elsewhere."),
     "images": Subcommand("rebench.cli.images", "app",
                          "Docker images: bootstrap a base without a registry, list what is built."),
+    "human": Subcommand("rebench.cli.human", "app",
+                        "Human expert attempts over SSH: start, watch, stop, correct and replay them."),
     "gc": Subcommand("rebench.cli.images", "gc_command",
                      "Remove containers and volumes of attempts that are no longer running."),
 }

@@ -28,6 +28,7 @@ from rebench.sandbox.base import SandboxBackend
 from rebench.sandbox.docker.engine import (
     LABEL_ATTEMPT,
     LABEL_CAMPAIGN,
+    LABEL_HUMAN,
     LABEL_OWNER,
     DockerEngine,
     engine_available,
@@ -43,6 +44,7 @@ __all__ = [
     "BACKEND",
     "LABEL_ATTEMPT",
     "LABEL_CAMPAIGN",
+    "LABEL_HUMAN",
     "LABEL_OWNER",
     "DockerEngine",
     "DockerSandbox",

@@ -17,6 +17,9 @@ from rebench.errors import SandboxError, SandboxStartError
 LABEL_ATTEMPT = "rebench.attempt"
 LABEL_CAMPAIGN = "rebench.campaign"
 LABEL_OWNER = "rebench.owner"
+LABEL_HUMAN = "rebench.human"
+"""On a human attempt's container (value: the attempt id): it outlives its harness and only
+`rebench human stop` ends it; `rebench gc` and orphan recovery leave it alone."""
 """`host:pid:start-ticks` of the harness process; gc keeps containers whose owner still runs."""
 OPERATION_TIMEOUT_S = 600
 
