@@ -8,11 +8,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
-from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, Pause, ScoreEvent
+from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, HumanSession, Pause, ScoreEvent
 from rebench.tables import Col, print_table
 
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
@@ -24,6 +25,19 @@ DROP_FIRST = ("working_s", "profile", "final_raw", "campaign", "error_source", "
               "submitted", "status")
 """At a narrow width these columns are left out in this order; the keys a user copies into the
 next command (id, environment, agent) always stay whole."""
+
+
+def _human_fields(session: Session, a: Attempt, human: HumanSession | None) -> dict[str, Any]:
+    """A human attempt's expert and its working time with pause corrections (`rebench human adjust`)."""
+    if human is None:
+        return {}
+    from rebench.cli.human_audit import clock_rows
+    from rebench.human_time import working_time
+
+    pauses, corrections = clock_rows(session, a.id)
+    spent = working_time(a, pauses, corrections, human)
+    return {"expert": human.expert, "corrected_working_s": round(spent.corrected_s, 2),
+            "corrections": len(corrections)}
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
@@ -73,13 +87,25 @@ def list_command(
             query = query.where(Attempt.campaign_id == campaign)
         if status is not None:
             query = query.where(Attempt.status == status)
-        rows = [_attempt_row(a) for a in session.scalars(query)]
+        attempts = list(session.scalars(query))
+        humans = {h.attempt_id: h for h in session.scalars(
+            select(HumanSession).where(HumanSession.attempt_id.in_([a.id for a in attempts])))}
+        rows = [{**_attempt_row(a), **_human_fields(session, a, humans.get(a.id))} for a in attempts]
     if json_output:
         print_json(rows)
         return
-    columns = [Col(c, key=c in KEY_COLUMNS) for c in LIST_COLUMNS]
-    cells = [[_cell(row[c]) for c in LIST_COLUMNS] for row in rows]
-    print_table(console, "Attempts", columns, cells, more="--json", drop_first=DROP_FIRST)
+    names = LIST_COLUMNS + (("expert",) if humans else ())
+    columns = [Col(c, key=c in KEY_COLUMNS) for c in names]
+    cells = [[_working_cell(row) if c == "working_s" else _cell(row.get(c)) for c in names] for row in rows]
+    print_table(console, "Attempts", columns, cells, more="--json", drop_first=("expert", *DROP_FIRST))
+
+
+def _working_cell(row: dict[str, Any]) -> str:
+    """Working seconds as recorded, and corrected beside them where a correction changed them."""
+    corrected = row.get("corrected_working_s")
+    if corrected is None or not row.get("corrections"):
+        return _cell(row["working_s"])
+    return f"{fmt(row['working_s'], 1)} (corrected {fmt(corrected, 1)})"
 
 
 @app.command("show")
@@ -115,6 +141,9 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
                 for e in session.scalars(select(Event).where(Event.attempt_id == attempt_id).order_by(Event.seq))
             ],
         }
+        human = session.get(HumanSession, attempt_id)
+        if human is not None:
+            detail.update(_human_detail(session, attempt, human))
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -134,6 +163,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
+    if "expert" in detail:
+        _print_human(detail)
     if detail["snapshot_path"] or detail["snapshot_note"]:
         console.print(Text(f"snapshot {detail['snapshot_path'] or '(none)'}"))
     if detail["snapshot_note"]:
@@ -151,3 +182,45 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         text = str(e["data"])
         events.add_row(str(e["seq"]), f"{e['working_s']:.1f}", e["kind"], text if len(text) < 300 else text[:300] + "…")
     console.print(events)
+
+
+def _human_detail(session: Session, attempt: Attempt, human: HumanSession) -> dict[str, Any]:
+    """`attempts show` of a human attempt: the expert, how they connected, the pause corrections
+    (who, why) and the SSH sessions with where each recording is stored."""
+    from rebench.cli.human_audit import clock_rows, ssh_sessions
+
+    _, corrections = clock_rows(session, attempt.id)
+    return {
+        **_human_fields(session, attempt, human),
+        "human": {"state": human.state, "key_fingerprint": human.key_fingerprint, "bind": human.bind,
+                  "port": human.port, "container_id": human.container_id, "gate_dir": human.gate_dir,
+                  "clock_origin": human.clock_origin, "stop_requested": human.stop_requested},
+        "pause_corrections": [
+            {"id": c.id, "start_s": c.start_s, "end_s": c.end_s, "reason": c.reason, "author": c.author,
+             "created_at": c.created_at}
+            for c in corrections
+        ],
+        "recordings": ssh_sessions(session, attempt.id, human.gate_dir),
+    }
+
+
+def _print_human(detail: dict[str, Any]) -> None:
+    human = detail["human"]
+    console.print(Text(f"expert {detail['expert']} (key {human['key_fingerprint'] or '-'}, state {human['state']})"))
+    console.print(Text(f"working {detail['working_s']:.1f} s as recorded, {detail['corrected_working_s']:.1f} s "
+                       f"corrected ({detail['corrections']} pause correction(s))"))
+    if detail["pause_corrections"]:
+        corrections = Table(title="Pause corrections (rebench human adjust)")
+        for column in ("#", "start", "end", "length", "author", "reason", "added"):
+            corrections.add_column(column)
+        for c in detail["pause_corrections"]:
+            corrections.add_row(str(c["id"]), format_duration(c["start_s"]), format_duration(c["end_s"]),
+                                format_duration(c["end_s"] - c["start_s"]), Text(c["author"]), Text(c["reason"]),
+                                f"{c['created_at']:%Y-%m-%d %H:%M}")
+        console.print(corrections)
+    from rebench.cli.human_audit import session_lines
+
+    console.print("SSH sessions and their recordings (play one: rebench human replay ID --session N):"
+                  if detail["recordings"] else "no SSH sessions", highlight=False)
+    for line in session_lines(detail["recordings"]):
+        console.print(Text("  " + line), soft_wrap=True)

@@ -89,7 +89,8 @@ def list_command(json_output: JsonOption = False) -> None:
 
 def gc_command(
     everything: Annotated[
-        bool, typer.Option("--all", help="Also remove containers of attempts whose harness still runs.")
+        bool, typer.Option("--all", help="Also remove containers of attempts whose harness still runs "
+                           "(never those of human attempts: `rebench human stop ID` ends them).")
     ] = False,
     images: Annotated[bool, typer.Option(
         "--images", help="Also remove superseded rebench images (older builds of an environment).")] = False,
@@ -108,3 +109,8 @@ def gc_command(
         f"kept {len(report.kept_running)} of running attempts"
         + (f"; removed {len(report.removed_images)} superseded image(s)" if images else "")
     )
+    if report.kept_human:
+        attempts = ", ".join(f"{k.name} (attempt {k.attempt_id})" for k in report.kept_human)
+        console.print(
+            f"kept {len(report.kept_human)} container(s) of human attempts, which gc never removes (not even with "
+            f"--all): {attempts}; end one with `rebench human stop ID`", highlight=False, markup=False, soft_wrap=True)

@@ -3,6 +3,10 @@
 A container whose harness process is gone (finished, crashed, SIGKILLed) is
 garbage; one whose harness still runs is an attempt in progress and is kept,
 unless `everything` is asked for. Volumes labelled with an attempt go with them.
+
+A human attempt's container (labelled LABEL_HUMAN) is never removed, not even with
+`everything`: it outlives its harness on purpose (the expert keeps working while the
+operator reattaches), and only `rebench human stop ID` ends it.
 """
 
 from __future__ import annotations
@@ -10,12 +14,20 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from rebench.images.naming import LABEL_KIND
-from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_OWNER, DockerEngine, owner_alive
+from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_HUMAN, LABEL_OWNER, DockerEngine, owner_alive
+
+
+class KeptHuman(BaseModel):
+    """A human attempt's container that gc leaves alone."""
+
+    name: str
+    attempt_id: str
 
 
 class GcReport(BaseModel):
     removed_containers: list[str] = Field(default_factory=list)
     kept_running: list[str] = Field(default_factory=list)
+    kept_human: list[KeptHuman] = Field(default_factory=list)
     removed_volumes: list[str] = Field(default_factory=list)
     removed_images: list[str] = Field(default_factory=list)
 
@@ -23,7 +35,15 @@ class GcReport(BaseModel):
 def collect_garbage(engine: DockerEngine, *, everything: bool = False, images: bool = False) -> GcReport:
     report = GcReport()
     live_attempts: set[str] = set()
+    human: set[str] = set()
+    for container_id, name, _status, labels in engine.containers(LABEL_HUMAN):
+        human.add(container_id)
+        attempt_id = labels.get(LABEL_HUMAN) or labels.get(LABEL_ATTEMPT, "")
+        report.kept_human.append(KeptHuman(name=name, attempt_id=attempt_id))
+        live_attempts.update({attempt_id, labels.get(LABEL_ATTEMPT, "")})
     for container_id, name, _status, labels in engine.containers(LABEL_ATTEMPT):
+        if container_id in human or LABEL_HUMAN in labels:  # or one started since the listing above
+            continue
         if not everything and owner_alive(labels.get(LABEL_OWNER, "")):
             report.kept_running.append(name)
             live_attempts.add(labels.get(LABEL_ATTEMPT, ""))

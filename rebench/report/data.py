@@ -11,18 +11,23 @@ for a shorter one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from rebench.calibration import ResolvedAnchors, resolve_anchors
 from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
+from rebench.human_time import corrected_at, working_time
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
 from rebench.store import Attempt, ScoreEvent, Store
+from rebench.store.models import HumanSession, Pause, PauseCorrection
 
 SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"
@@ -54,6 +59,8 @@ class RunRecord:
     rule_score: float | None = None
     """Normalized by RE-Bench's own rule (best or last intermediate score) where the counted
     `score` was re-scored (final_rule = "rescore_best"); None otherwise."""
+    human: HumanClock | None = None
+    """Own human attempts: who, and working time with and without pause corrections."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -65,6 +72,17 @@ class RunRecord:
                 break
             reached = point.normalized
         return reached
+
+
+@dataclass(frozen=True)
+class HumanClock:
+    """An own human attempt's expert and working time as recorded and as corrected (`rebench human
+    adjust`); its score log's times are the corrected ones."""
+
+    expert: str
+    working_s: float
+    corrected_working_s: float
+    corrections: int
 
 
 @dataclass(frozen=True)
@@ -127,10 +145,11 @@ class _Normalizer:
         kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
         return (max(0.0, float(stored)) if stored is not None else 0.0), kind
 
-    def curve(self, attempt: Attempt, events: list[ScoreEvent],
-               final: float | None = None) -> tuple[ScorePoint, ...] | None:
-        """The standing over working time. For a re-scored attempt (`final` given) the intermediate
-        scores are single noisy calls, so no point stands above the re-scored final."""
+    def curve(self, attempt: Attempt, events: list[ScoreEvent], final: float | None = None,
+              at: Callable[[float], float] | None = None) -> tuple[ScorePoint, ...] | None:
+        """The standing over working time (`at` maps a score's recorded working time, e.g. to the
+        corrected one). For a re-scored attempt (`final` given) the intermediate scores are single
+        noisy calls, so no point stands above the re-scored final."""
         spec = self.spec(attempt.environment, attempt.profile)
         if spec is None or not events:
             return None
@@ -148,7 +167,8 @@ class _Normalizer:
             else:
                 standing = max(standing, raw)
             value = normalize(standing, anchors.start, anchors.reference)
-            points.append(ScorePoint(event.working_s, value if final is None else min(value, final)))
+            when = event.working_s if at is None else at(event.working_s)
+            points.append(ScorePoint(when, value if final is None else min(value, final)))
         return tuple(points)
 
 
@@ -161,6 +181,34 @@ def agent_label(attempt: Attempt) -> str:
     if attempt.source == "own" and attempt.model and attempt.agent != HUMAN_AGENT:
         return f"{attempt.agent}/{attempt.model}"
     return attempt.agent
+
+
+def _human_clocks(
+    session: Session, attempts: list[Attempt]
+) -> dict[int, tuple[HumanClock, Callable[[float], float] | None]]:
+    """Own human attempts' experts and working times, with the mapping of their score log's times
+    to corrected working time (None where there are no corrections)."""
+    ids = sorted({a.id for a in attempts})
+    if not ids:
+        return {}
+    experts = {h.attempt_id: h for h in session.scalars(select(HumanSession).where(HumanSession.attempt_id.in_(ids)))}
+    pauses: dict[int, list[Pause]] = defaultdict(list)
+    for pause in session.scalars(select(Pause).where(Pause.attempt_id.in_(ids)).order_by(Pause.id)):
+        pauses[pause.attempt_id].append(pause)
+    corrections: dict[int, list[PauseCorrection]] = defaultdict(list)
+    for row in session.scalars(select(PauseCorrection).where(PauseCorrection.attempt_id.in_(ids))
+                               .order_by(PauseCorrection.id)):
+        corrections[row.attempt_id].append(row)
+    out: dict[int, tuple[HumanClock, Callable[[float], float] | None]] = {}
+    for attempt in {a.id: a for a in attempts}.values():
+        human = experts.get(attempt.id)
+        own_pauses, own_corrections = pauses[attempt.id], corrections[attempt.id]
+        spent = working_time(attempt, own_pauses, own_corrections, human)
+        clock = HumanClock(expert=human.expert if human else "", working_s=spent.uncorrected_s,
+                           corrected_working_s=spent.corrected_s, corrections=len(own_corrections))
+        at = partial(corrected_at, pauses=own_pauses, corrections=own_corrections) if own_corrections else None
+        out[attempt.id] = (clock, at)
+    return out
 
 
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
@@ -192,9 +240,12 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
             for event in rows:
                 events.setdefault(event.attempt_id, []).append(event)
 
+        clocks = _human_clocks(session, [a for a in attempts + humans if a.source == "own" and a.agent == HUMAN_AGENT])
+
         def record(attempt: Attempt) -> RunRecord:
             score, anchors = normalizer.final(attempt)
             rule = normalizer.rule(attempt)
+            clock, at = clocks.get(attempt.id, (None, None))
             return RunRecord(
                 attempt_id=attempt.id,
                 environment=attempt.environment,
@@ -205,9 +256,10 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 anchors=anchors,
                 profile=attempt.profile,
                 campaign_id=attempt.campaign_id,
-                curve=normalizer.curve(attempt, events.get(attempt.id, []), None if rule is None else score),
+                curve=normalizer.curve(attempt, events.get(attempt.id, []), None if rule is None else score, at),
                 submitted=bool(attempt.submitted),
                 rule_score=rule,
+                human=clock,
             )
 
         return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])

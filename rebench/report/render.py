@@ -36,6 +36,7 @@ NUMERIC_COLUMNS = {
     "no submit",
     ">2",
     "above 2",
+    "corrections",
 }
 Table_ = tuple[str, list[str], list[list[str]]]
 
@@ -240,7 +241,30 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
         )
     )
     tables.append(_humans_table(report, info))
+    if report.human_attempts:
+        tables.append(_human_attempts_table(report))
     return tables
+
+
+def _human_attempts_table(report: Report) -> Table_:
+    """Own human attempts with both working times: corrections (`rebench human adjust`) never edit the record."""
+    return (
+        "own human attempts: working time as recorded and corrected (pauses added by `rebench human adjust`)",
+        ["attempt", "environment", "expert", "budget", "score", "working", "corrected", "corrections"],
+        [
+            [
+                str(h.attempt_id),
+                h.environment,
+                h.expert or "-",
+                format_duration(h.budget_s),
+                _f(h.score),
+                f"{format_duration(h.working_s)} ({h.working_s:.0f} s)",
+                f"{format_duration(h.corrected_working_s)} ({h.corrected_working_s:.0f} s)",
+                str(h.corrections),
+            ]
+            for h in report.human_attempts
+        ],
+    )
 
 
 def _humans_table(report: Report, info: EnvironmentInfo) -> Table_:
