@@ -39,7 +39,8 @@ def write_cast(path: Path, outputs: list[tuple[float, str]], *, inputs: bool = T
 
 def human_attempt(store: Store, gate_dir: Path, *, environment: str = "toy", profile: str = "tiny",
                   budget_s: float = WALL_S, expert: str = "Ada Lovelace", status: AttemptStatus = AttemptStatus.DONE,
-                  scores: tuple[tuple[float, float], ...] = (), final_raw: float | None = 5.0) -> int:
+                  scores: tuple[tuple[float, float], ...] = (), final_raw: float | None = 5.0,
+                  clock_origin: float = CLOCK_ORIGIN) -> int:
     """One human attempt: 2 h on the clock, waiting 10 min, a 10 min break at 1 h; two SSH sessions
     (a shell recorded at casts/session-1.cast, an sftp session with byte counts only)."""
     with store.session() as session:
@@ -50,7 +51,7 @@ def human_attempt(store: Store, gate_dir: Path, *, environment: str = "toy", pro
         session.flush()
         session.add(HumanSession(attempt_id=attempt.id, expert=expert, public_key="ssh-ed25519 AAAAC3Nza test",
                                  key_fingerprint="SHA256:test", port=2222, gate_dir=str(gate_dir),
-                                 clock_origin=CLOCK_ORIGIN))
+                                 clock_origin=clock_origin))
         for reason, start, end in PAUSES:
             session.add(Pause(attempt_id=attempt.id, reason=reason, start_s=start, end_s=end))
         for working_s, raw in scores:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def test_adjust_stores_who_and_why_and_leaves_the_recorded_clock_alone(
     assert result["author"] == "Grace" and result["start_s"] == pytest.approx(3300)
     assert result["uncorrected_working_s"] == WORKING_S
     assert result["corrected_working_s"] == pytest.approx(WORKING_S - 600 - 300)
+
+
+def test_a_running_attempt_is_corrected_up_to_now(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """While the attempt runs its stored wall and working time lag behind; its clock span runs to now."""
+    db = tmp_path / "r.db"
+    attempt_id = human_attempt(Store(db), tmp_path / "gate", status=AttemptStatus.RUNNING,
+                               clock_origin=time.time() - 9000)
+    code, out, err = _cli(capsys, db, "human", "adjust", attempt_id, "--pause", "2h10m", "2h20m", "--reason", "r",
+                          "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert 7800 <= result["uncorrected_working_s"] < 7860  # 9000 s on the clock less 1200 s of pauses
+    assert result["uncorrected_working_s"] - result["corrected_working_s"] == pytest.approx(600)
+    code, _, err = _cli(capsys, db, "human", "adjust", attempt_id, "--pause", "2h30m", "3h", "--reason", "r")
+    assert code == 2 and "ran from 0s to 2h30m" in err
 
 
 @pytest.mark.parametrize(("target", "pause", "reason", "author", "message"), [
