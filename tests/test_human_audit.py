@@ -14,7 +14,8 @@ import pytest
 
 from rebench.human_time import corrected_at, merge
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus, Pause, PauseCorrection
+from rebench.store.events import validate_event
+from rebench.store.models import Attempt, AttemptStatus, Event, EventKind, Pause, PauseCorrection
 from tests.human_rows import CLOCK_ORIGIN, WORKING_S, human_attempt, write_cast
 
 from .conftest import run_cli, run_main
@@ -186,3 +187,24 @@ def test_attempts_show_and_list_name_the_expert_recordings_and_corrections(
     listed = run_cli("attempts", "list", "--db", str(db))  # 200 columns wide: every column shows
     assert listed.returncode == 0 and "Ada Lovelace" in listed.stdout, listed.stderr
     assert "6000.0 (corrected 5400.0)" in listed.stdout
+
+
+def test_replay_finds_a_kept_recording_or_the_live_one_in_the_gate_folder(
+    setup: tuple[Path, int, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The supervisor stores the path a session's cast is kept at once it closes; until then the cast
+    is only in the gate folder."""
+    db, attempt_id, gate = setup
+    kept = tmp_path / "human" / f"attempt-{attempt_id}" / "casts" / "session-3.cast"
+    with Store(db).session() as session:
+        session.add(Event(attempt_id=attempt_id, seq=9, kind=EventKind.SSH_SESSION,
+                          data=validate_event("ssh_session", {"session": 3, "mode": "exec", "command": "make",
+                                                              "recording": str(kept)})))
+    write_cast(gate / "casts" / "session-3.cast", [(0.1, "live\r\n")])
+    code, out, err = _cli(capsys, db, "human", "replay", attempt_id, "--session", 3, "--speed", 100)
+    assert code == 0 and out == "live\r\n", err
+    write_cast(kept, [(0.1, "kept\r\n")])
+    code, out, err = _cli(capsys, db, "human", "replay", attempt_id, "--session", 3, "--speed", 100)
+    assert code == 0 and out == "kept\r\n", err
+    code, out, err = _cli(capsys, db, "human", "replay", attempt_id)
+    assert f"session 3 (exec, open): make - {kept}" in out

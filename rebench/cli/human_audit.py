@@ -175,14 +175,24 @@ def ssh_sessions(session: Session, attempt_id: int, gate_dir: str | None) -> lis
     out = []
     for number, data in sorted(merged.items()):
         recording = data.get("recording")
-        path = None
-        if recording:
-            path = Path(recording) if Path(recording).is_absolute() or not gate_dir else Path(gate_dir) / recording
+        path = _recording_path(recording, gate_dir) if recording else None
         out.append({"session": number, "mode": data.get("mode"), "command": data.get("command"),
                     "recording": recording, "path": str(path) if path else None, "ended": bool(data.get("ended")),
                     "bytes_in": data.get("bytes_in"), "bytes_out": data.get("bytes_out"),
                     "working_s": data["working_s"]})
     return out
+
+
+def _recording_path(recording: str, gate_dir: str | None) -> Path:
+    """Where a recording is: the stored path (the supervisor keeps each closed session's cast with the
+    attempt), else, while the session is open and its cast not yet kept, the one in the gate folder.
+    A path that exists nowhere is returned as stored, for the error to name it."""
+    stored = Path(recording)
+    candidates = [stored]
+    if gate_dir:
+        candidates += [Path(gate_dir) / recording, Path(gate_dir) / "casts" / stored.name]
+    return next((c for c in candidates if c.is_file()), candidates[1] if gate_dir and not stored.is_absolute()
+                else stored)
 
 
 def load_cast(path: Path) -> tuple[dict[str, Any], list[tuple[float, str, str]]]:
