@@ -154,7 +154,8 @@ class DockerSandbox:
             pids_limit=spec.max_processes,
             shm_size=self._shm_bytes,
             device_requests=devices,
-            cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE"],
+            # sshd (human attempts, as root) fails a pty login when it cannot write its audit record.
+            cap_drop=["NET_RAW", "MKNOD"] if keep else ["NET_RAW", "MKNOD", "AUDIT_WRITE"],
             security_opt=["no-new-privileges"],
             log_config=LogConfig(type="none"),
         )
