@@ -85,6 +85,7 @@ class Gate:
         self.lock = threading.Lock()
         self.sshd: set[int] = set()
         self.sessions: set[int] = set()  # process groups of running session commands
+        self.active: dict[int, Session] = {}
         self.agent = pwd.getpwnam(USER)
         self.owner = _owner()
         self.number = self._last_session()
@@ -178,9 +179,13 @@ class Gate:
         """SIGTERM (close_ssh): end every connection and session, then exit."""
         with self.lock:
             groups = set(self.sshd) | set(self.sessions)
+            active = list(self.active.values())
         for group in groups:
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
+        for session in active:  # their threads die with this process: close their lines here
+            with contextlib.suppress(OSError):
+                self.log_session(session._entry("close"))
         with contextlib.suppress(OSError):
             os.unlink(SSH_SOCKET)
         os._exit(0)
@@ -279,12 +284,16 @@ class Session:
     def run(self) -> int:
         self._open_cast()
         self.gate.log_session(self._entry("open"))
+        with self.gate.lock:
+            self.gate.active[self.number] = self
         status = 255
         try:
             status = self._run_pty() if self.mode == "pty" else self._run_pipes()
         finally:
             if self.cast is not None:
                 self.cast.close()
+            with self.gate.lock:
+                self.gate.active.pop(self.number, None)
             self.gate.log_session(self._entry("close"))
         return status
 

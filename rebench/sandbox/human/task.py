@@ -9,6 +9,7 @@ decided by the harness (`task help` lists the commands).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
@@ -24,10 +25,14 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"task: the task service is not running in this sandbox ({exc})", file=sys.stderr)
         return 3
-    sock.sendall(json.dumps(request).encode() + b"\n")
+    with contextlib.suppress(OSError):  # a refusal may come (and the socket close) before we finish sending
+        sock.sendall(json.dumps(request).encode() + b"\n")
     data = b""
     while True:
-        chunk = sock.recv(65536)
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
         if not chunk:
             break
         data += chunk
