@@ -65,7 +65,9 @@ class Harness:
     def ssh_argv(self, *args: str, key: Path | None = None, user: str = "agent") -> list[str]:
         return ["ssh", "-i", str(key or self.key), "-p", str(self.port), *SSH_OPTIONS, *args, f"{user}@127.0.0.1"]
 
-    def ssh(self, command: str, *, stdin: str | None = None, tty: bool = False, **kw: Any) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, command: str, *, stdin: str | None = None, tty: bool = False, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
         argv = self.ssh_argv(*(["-tt"] if tty else []), **kw)
         return subprocess.run([*argv, *([command] if command else [])], input=stdin or "", capture_output=True,
                               text=True, timeout=60)
