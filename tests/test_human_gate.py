@@ -179,10 +179,16 @@ def test_a_score_call_freezes_ssh_sessions_and_they_continue_after(harness: Harn
     try:
         wait_for(lambda: harness.call(harness.sandbox.exec("wc -l < ticks", cwd="/home/agent")).stdout.strip()
                  not in ("", "0"), "the SSH session to start ticking")
-        scored = harness.call(harness.sandbox.exec("a=$(wc -l < /home/agent/ticks); sleep 1; b=$(wc -l < "
-                                                   "/home/agent/ticks); echo $a $b", user="scorer"))
-        before, after = scored.stdout.split()
+        score = asyncio.run_coroutine_threadsafe(harness.sandbox.exec(
+            "a=$(wc -l < /home/agent/ticks); sleep 1.5; b=$(wc -l < /home/agent/ticks); echo $a $b $(date +%s.%N)",
+            user="scorer"), harness.loop)
+        time.sleep(0.5)
+        # A session opened during the score call starts only after it (a root sshd would start it at once).
+        late = subprocess.run([*harness.ssh_argv(), "date +%s.%N"], capture_output=True, text=True, timeout=60)
+        scored = score.result(60)
+        before, after, ended = scored.stdout.split()
         assert before == after, "the session ran on during the score call"
+        assert float(late.stdout) >= float(ended)
         grown = harness.call(harness.sandbox.exec("sleep 0.5; wc -l < ticks", cwd="/home/agent")).stdout
         assert int(grown) > int(after)
         assert ticker.poll() is None

@@ -387,7 +387,9 @@ TASK_REPLY_LIMIT = 60000
 TASK_READ_S = 10.0
 """How long a `task` client may take to send its request."""
 TASK_CLIENTS = 32
-GATE_MOUNT = "/run/rebench/gate"
+FROZEN_FLAG = "/run/rebench/frozen"
+"""Keep-alive mode: present (listing the uids) while a command holds users frozen, so the SSH
+gate starts no new session for them meanwhile (a root sshd would otherwise start one)."""
 
 
 class TaskClient:
@@ -707,8 +709,11 @@ class Server:
                     ]
                 else:
                     switch = {"user": uid, "group": gid, "extra_groups": [gid, *groups]}
+            if freeze:
+                self._flag_frozen(freeze)
             frozen = freeze_uids(freeze) if freeze else {}
         except (OSError, KeyError, subprocess.SubprocessError) as exc:
+            self._flag_frozen()
             self._refuse(request, exc)
             return
         try:
@@ -729,6 +734,7 @@ class Server:
             )
         except (OSError, KeyError, subprocess.SubprocessError) as exc:
             thaw(frozen)
+            self._flag_frozen()
             self._refuse(request, exc)
             return
         job = Job(request, proc, marker)
@@ -747,6 +753,17 @@ class Server:
             job.stdin_data = base64.b64decode(stdin)
             os.set_blocking(proc.stdin.fileno(), False)
             self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, ("stdin", job))
+
+    def _flag_frozen(self, extra: set[int] | None = None) -> None:
+        if self.listener is None:
+            return
+        uids = self.frozen_uids() | (extra or set())
+        with contextlib.suppress(OSError):
+            if uids:
+                with open(FROZEN_FLAG, "w", encoding="utf-8") as handle:
+                    handle.write(" ".join(str(u) for u in sorted(uids)))
+            else:
+                os.unlink(FROZEN_FLAG)
 
     def _refuse(self, request: dict, exc: Exception) -> None:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -783,6 +800,8 @@ class Server:
                 stream.close()
         self.jobs.pop(job.id, None)
         self.by_pid.pop(job.proc.pid, None)
+        if job.frozen_uids:
+            self._flag_frozen()
         if job.generation != self.generation:
             return  # its harness is gone; the reply's id would mean another request now
         self.send(
@@ -863,12 +882,16 @@ class Server:
                     waits.append(job.exited_at + EXIT_GRACE_S - now)
             for key, _mask in self.sel.select(max(0.0, min(waits))):
                 kind, data = key.data
-                if kind == "listen":
-                    self.accept_harness()
-                elif kind == "task_listen":
-                    self.accept_task()
-                elif kind == "task_client":
-                    self.read_task(data)
+                if kind in ("listen", "task_listen", "task_client"):
+                    try:
+                        if kind == "listen":
+                            self.accept_harness()
+                        elif kind == "task_listen":
+                            self.accept_task()
+                        else:
+                            self.read_task(data)
+                    except Exception as exc:  # PID 1 of a human attempt: an error here must not end it
+                        print(f"rebench exec server: {kind}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 elif kind == "in" and self.listener is not None:
                     if not self.read_requests():
                         self.harness_gone()

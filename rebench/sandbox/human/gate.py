@@ -44,6 +44,8 @@ SESSION_DIR = "/run/rebench-ssh"
 SESSION_SOCKET = SESSION_DIR + "/session.sock"
 CONFIG = "/etc/rebench-ssh/sshd_config"
 PID_FILE = "/etc/rebench-ssh/gate.pid"
+FROZEN_FLAG = "/run/rebench/frozen"
+"""Written by the exec server while a score call holds the agent frozen: no session starts then."""
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 SFTP_NAMES = ("internal-sftp", "sftp-server", SFTP_SERVER)
 USER = "agent"
@@ -282,6 +284,8 @@ class Session:
         return env
 
     def run(self) -> int:
+        while os.path.exists(FROZEN_FLAG):  # a score call runs: the new session waits for its end
+            time.sleep(0.05)
         self._open_cast()
         self.gate.log_session(self._entry("open"))
         with self.gate.lock:
