@@ -7,10 +7,18 @@ call, and closing SSH. One container serves the module; the tests run in file or
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
+import pty
+import select
 import shutil
+import signal
+import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -228,6 +236,44 @@ def test_the_container_outlives_its_harness_and_a_new_one_reattaches(harness: Ha
 
     with pytest.raises(SandboxDied):
         harness.call(DockerSandbox.reattach(harness.spec, "0" * 64, engine=harness.engine))
+
+
+def test_window_size_follows_the_client_and_a_dead_gate_is_restarted(harness: Harness) -> None:
+    """The client runs in a real pty (as an expert's terminal): resizing it reaches the session's command."""
+    pid, master = pty.fork()
+    if pid == 0:  # the child: set the terminal's size, then become the ssh client
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        os.execvp("ssh", [*harness.ssh_argv("-t"), "stty size; read line; stty size"])
+    seen = b""
+    try:
+        seen = read_until(master, b"30 100", seen)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        time.sleep(0.5)  # the resize travels: client -> sshd -> wrapper -> gate -> the session's pty
+        os.write(master, b"go\r")
+        seen = read_until(master, b"40 120", seen)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(master)
+
+    harness.call(harness.sandbox.exec("kill -KILL $(cat /etc/rebench-ssh/gate.pid)", user="root"))
+    assert harness.ssh("true").returncode == 255
+    harness.call(open_ssh(harness.sandbox, harness.key.with_suffix(".pub").read_text()))
+    again = harness.ssh("echo back")
+    assert again.stdout == "back\n"
+    numbers = [s["session"] for s in read_sessions(harness.gate) if s["event"] == "open"]
+    assert len(numbers) == len(set(numbers)), "a restarted gate reused session numbers"
+
+
+def read_until(fd: int, wanted: bytes, seen: bytes, timeout: float = 15.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AssertionError(f"no {wanted!r} in {seen!r}")
+        seen += os.read(fd, 4096)
+    return seen
 
 
 def test_close_ssh_drops_open_sessions_within_five_seconds(harness: Harness) -> None:
