@@ -17,6 +17,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import termios
 import threading
@@ -211,12 +212,22 @@ def test_the_container_outlives_its_harness_and_a_new_one_reattaches(harness: Ha
     assert session.stdout is not None and session.stdout.readline() == "connected\n"
     in_flight = asyncio.run_coroutine_threadsafe(
         harness.sandbox.exec("sleep 300", user="agent", env={"MARK": "harness-command"}), harness.loop)
-    time.sleep(0.5)
+
+    async def never(request: TaskRequest) -> TaskReply:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    harness.sandbox.task_handler = never
+    waiting = subprocess.Popen([*harness.ssh_argv(), "task score"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)
     old = harness.sandbox
     harness.call(old.detach())
     assert not harness.call(old.alive())
     with pytest.raises(SandboxDied):
         in_flight.result(10)
+    out, _ = waiting.communicate(timeout=10)  # a `task` waiting on the harness is told it went away
+    assert waiting.returncode == 3 and "harness disconnected" in out and "rebench human attach" in out
     harness.sandbox.task_handler = None
     container = harness.engine.client.containers.get(old.container_id)
     assert container.status == "running" and container.labels[LABEL_HUMAN] == str(harness.spec.attempt_id)
@@ -297,3 +308,52 @@ def wait_for(check: Any, what: str, timeout: float = 15.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+HARNESS_SCRIPT = """
+import asyncio, sys
+from rebench.sandbox.base import SandboxSpec
+from rebench.sandbox.docker import DockerSandbox
+
+async def main():
+    sandbox = DockerSandbox(SandboxSpec.model_validate_json(sys.argv[1]))
+    await sandbox.start()
+    await sandbox.exec("setsid sleep 301 >/dev/null 2>&1 < /dev/null &", user="agent")
+    print(sandbox.container_id, flush=True)
+    await sandbox.exec("sleep 302", user="agent")
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_harness_leaves_the_container_running_for_the_next_one(tmp_path: Path) -> None:
+    engine = docker_engine()
+    gate = Path(tempfile.mkdtemp(prefix="rbh-"))
+    spec = SandboxSpec(attempt_id=990_014, environment="test", profile="tiny", image=base_image(engine), cpus=1.0,
+                       memory_gb=1.0, keep_alive=True, gate_dir=str(gate))
+    dying = subprocess.Popen([sys.executable, "-c", HARNESS_SCRIPT, spec.model_dump_json()], stdout=subprocess.PIPE,
+                             text=True)
+    container_id = ""
+    try:
+        assert dying.stdout is not None
+        container_id = dying.stdout.readline().strip()
+        assert container_id, "the harness did not start its sandbox"
+        time.sleep(0.5)
+        dying.kill()  # SIGKILL: no cleanup at all, as when the operator's terminal dies
+        dying.wait()
+
+        async def come_back() -> str:
+            sandbox = await DockerSandbox.reattach(spec, container_id, engine=engine)
+            try:
+                return (await sandbox.exec("ps -eo args", user="root")).stdout
+            finally:
+                await sandbox.stop()
+
+        processes = asyncio.run(come_back())
+        assert "sleep 301" in processes and "sleep 302" not in processes
+        assert not [c for c in engine.containers(LABEL_HUMAN) if c[0] == container_id]  # stop() removed it
+    finally:
+        dying.kill()
+        if container_id:
+            engine.remove_container(container_id)
+        shutil.rmtree(gate, ignore_errors=True)

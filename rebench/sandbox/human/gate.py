@@ -437,7 +437,10 @@ class Session:
             self.bytes_out += len(data)
             if self.mode != "sftp":
                 self.record("o", data)
-            _write_all(fd, data)
+            if not _write_all(fd, data):  # the client is gone: the command's next write fails, as over sshd
+                with contextlib.suppress(OSError):
+                    stream.close()  # type: ignore[attr-defined]
+                return
 
 
 def _listen(path: str, mode: int) -> socket.socket:
