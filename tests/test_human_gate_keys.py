@@ -69,3 +69,18 @@ def test_a_cast_loads_and_plays_its_output_with_capped_pauses(tmp_path: Path) ->
         load_cast(tmp_path / "bad.cast")
     with pytest.raises(RebenchError, match="speed"):
         play_cast(cast, out, speed=0)
+
+
+def test_a_keep_alive_sandbox_needs_a_short_gate_folder(tmp_path: Path) -> None:
+    """Checked before anything starts: no Docker needed."""
+    from rebench.errors import SandboxStartError
+    from rebench.sandbox.base import SandboxSpec
+    from rebench.sandbox.docker import DockerSandbox
+
+    spec = {"attempt_id": 1, "environment": "e", "profile": "tiny", "image": "img", "keep_alive": True}
+    with pytest.raises(SandboxStartError, match="needs a gate_dir"):
+        DockerSandbox(SandboxSpec(**spec))
+    deep = tmp_path / ("x" * 120)
+    with pytest.raises(SandboxStartError, match="too long a path"):
+        DockerSandbox(SandboxSpec(**spec, gate_dir=str(deep)))
+    assert DockerSandbox(SandboxSpec(**spec, gate_dir="/tmp/rbh-short")).gate_dir == Path("/tmp/rbh-short")

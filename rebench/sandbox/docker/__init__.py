@@ -26,6 +26,11 @@ request on the attached stream. With StdinOnce, the stream closing (the harness
 died) closes the server's stdin, the server kills everything and exits, and
 AutoRemove deletes the container: a crash leaks nothing for long, and
 `rebench gc` sweeps the rest.
+
+Human attempts use keep-alive containers instead (`SandboxSpec.keep_alive`, label
+LABEL_HUMAN): no AutoRemove, and the exec server listens on a Unix socket in the mounted
+gate folder (/run/rebench/gate, in a root-only /run/rebench), so the container outlives its
+harness and a new one reattaches; only an explicit stop() removes it.
 """
 
 from rebench.sandbox.base import SandboxBackend

@@ -58,6 +58,8 @@ _REPLY_MARGIN_S = 30.0
 GATE_MOUNT = "/run/rebench/gate"
 """Where a keep-alive container sees its gate folder (its parent is made root-only inside)."""
 HARNESS_SOCKET = "harness.sock"
+_SOCKET_PATH_MAX = 100
+"""Unix socket paths must fit sockaddr_un (108 bytes on Linux); a little margin."""
 _CONNECT_S = 15.0
 """How long a keep-alive container's exec server may take to open its socket."""
 
@@ -96,6 +98,11 @@ class DockerSandbox:
         self._disk_watch: asyncio.Task[None] | None = None
         if spec.keep_alive and not spec.gate_dir:
             raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
+        if spec.gate_dir and len(os.fsencode(Path(spec.gate_dir).resolve() / HARNESS_SOCKET)) > _SOCKET_PATH_MAX:
+            raise SandboxStartError(
+                f"gate folder {spec.gate_dir} is too long a path for its Unix sockets (at most "
+                f"{_SOCKET_PATH_MAX - len(HARNESS_SOCKET) - 1} bytes); use tempfile.mkdtemp(prefix='rbh-')"
+            )
         self.task_handler: TaskHandler | None = None
         """Answers `task` requests from inside a keep-alive container (set by the harness)."""
         self._task_jobs: set[asyncio.Task[None]] = set()
