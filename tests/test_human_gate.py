@@ -156,6 +156,10 @@ def test_only_the_experts_key_logs_in_as_the_agent(harness: Harness) -> None:
         ["ssh", "-p", str(harness.port), *SSH_OPTIONS, "-o", "PreferredAuthentications=password,keyboard-interactive",
          "-o", "PubkeyAuthentication=no", "agent@127.0.0.1", "true"], capture_output=True, text=True, timeout=60)
     assert password.returncode == 255 and "Permission denied (publickey)" in password.stderr
+    # No forwarding: nothing in the container reaches out through the expert's connection.
+    forward = subprocess.run([*harness.ssh_argv("-R", "0:127.0.0.1:9", "-o", "ExitOnForwardFailure=yes"), "true"],
+                             capture_output=True, text=True, timeout=60)
+    assert forward.returncode == 255 and "forwarding failed" in forward.stderr
     protected = harness.ssh("cat /protected/*; ls /protected")
     assert protected.returncode != 0 and "Permission denied" in protected.stderr
     # The expert cannot add a key: the authorized keys file is root's and outside the home.
@@ -254,13 +258,12 @@ def test_window_size_follows_the_client_and_a_dead_gate_is_restarted(harness: Ha
     pid, master = pty.fork()
     if pid == 0:  # the child: set the terminal's size, then become the ssh client
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        os.execvp("ssh", [*harness.ssh_argv("-t"), "stty size; read line; stty size"])
+        os.execvp("ssh", [*harness.ssh_argv("-t"), "stty size; while sleep 0.1; do stty size; done"])
     seen = b""
     try:
         seen = read_until(master, b"30 100", seen)
+        # the resize travels: client -> sshd -> wrapper -> gate -> the session's pty
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        time.sleep(0.5)  # the resize travels: client -> sshd -> wrapper -> gate -> the session's pty
-        os.write(master, b"go\r")
         seen = read_until(master, b"40 120", seen)
     finally:
         with contextlib.suppress(OSError):
