@@ -123,10 +123,11 @@ def test_commands_and_a_pty_session_run_as_the_agent_and_are_recorded_by_root(ha
     assert [p.name for p in recordings(harness.gate)] == [f"session-{s['session']}.cast" for s in closed]
 
     # The recordings, the relay's socket and the channel are root's: the agent reaches none of them.
+    connect = "python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])'"
     probe = harness.call(harness.sandbox.exec(
-        "ls /run/rebench/gate/casts; python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); "
-        "s.connect(sys.argv[1])\" /run/rebench/gate/harness.sock", user="agent"))
-    assert probe.exit_code != 0 and probe.stderr.count("Permission denied") == 2, probe.stderr
+        f"ls /run/rebench/gate/casts; {connect} /run/rebench/gate/harness.sock; {connect} /run/rebench/gate/ssh.sock",
+        user="agent"))
+    assert probe.exit_code != 0 and probe.stderr.count("Permission denied") == 3, probe.stderr
 
 
 def test_scp_copies_files_in_and_out(harness: Harness, tmp_path: Path) -> None:
