@@ -67,6 +67,9 @@ def test_a_cast_loads_and_plays_its_output_with_capped_pauses(tmp_path: Path) ->
     (tmp_path / "bad.cast").write_text("not json\n")
     with pytest.raises(RebenchError, match="not an asciinema v2 recording"):
         load_cast(tmp_path / "bad.cast")
+    (tmp_path / "middle.cast").write_text(json.dumps(lines[0]) + '\n[1, "o"\n[2, "o", "x"]\n')
+    with pytest.raises(RebenchError, match="line 2 is not"):
+        load_cast(tmp_path / "middle.cast")
     with pytest.raises(RebenchError, match="speed"):
         play_cast(cast, out, speed=0)
 

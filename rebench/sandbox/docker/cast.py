@@ -19,7 +19,8 @@ CastEvent = tuple[float, str, str]
 
 
 def load_cast(path: Path) -> tuple[dict[str, Any], list[CastEvent]]:
-    """The header and the events of a cast; a torn last line (the session was cut) is skipped."""
+    """The header and the events of a cast; a torn last line (the session was cut) is skipped,
+    any other bad line is an error."""
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
@@ -31,12 +32,16 @@ def load_cast(path: Path) -> tuple[dict[str, Any], list[CastEvent]]:
     if not isinstance(header, dict) or header.get("version") != 2:
         raise RebenchError(f"{path} is not an asciinema v2 recording (its first line is no v2 header)")
     events: list[CastEvent] = []
-    for line in lines[1:]:
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
         try:
             at, kind, data = json.loads(line)
             events.append((float(at), str(kind), str(data)))
         except (ValueError, TypeError):
-            continue
+            if number == len(lines):
+                break  # cut short: the recorder was killed mid-write
+            raise RebenchError(f"{path} line {number} is not a [time, code, data] event") from None
     return header, events
 
 
