@@ -185,6 +185,17 @@ def test_the_task_command_reaches_the_handler_only_from_the_agent(harness: Harne
         assert other.exit_code == 126 and "refused" in other.stdout
     assert len(harness.requests) == 1
 
+    async def score(request: TaskRequest) -> TaskReply:
+        """As `task score` does: a scoring call, which freezes the agent, the asking client included."""
+        result = await harness.sandbox.exec("ps -u agent -o stat= | sort | uniq -c | tr -s ' '", user="scorer")
+        return TaskReply(output=f"during the score: {result.stdout.strip()}\n")
+
+    harness.sandbox.task_handler = score
+    scored = harness.ssh("task score")
+    assert scored.returncode == 0, scored.stderr
+    states = scored.stdout.removeprefix("during the score: ").split()[1::2]
+    assert states and all(state.startswith("T") for state in states), scored.stdout
+
 
 def test_a_score_call_freezes_ssh_sessions_and_they_continue_after(harness: Harness) -> None:
     ticker = subprocess.Popen(
