@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from rebench.errors import SandboxDied
+from rebench.errors import SandboxDied, SandboxStartError
 from rebench.sandbox.base import SandboxSpec
 from rebench.sandbox.docker import LABEL_HUMAN, DockerSandbox
 from rebench.sandbox.docker.cast import load_cast
@@ -371,4 +371,24 @@ def test_a_killed_harness_leaves_the_container_running_for_the_next_one(tmp_path
         dying.kill()
         if container_id:
             engine.remove_container(container_id)
+        shutil.rmtree(gate, ignore_errors=True)
+
+
+def test_a_keep_alive_server_that_fails_at_start_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server source is swapped for one that exits (as a broken image's would): start() says why
+    within seconds, not after the connect timeout, and leaves no container behind."""
+    import rebench.sandbox.docker.sandbox as module
+
+    monkeypatch.setattr(module, "_SERVER_SOURCE", b"import sys\nsys.exit('broken exec server')\n")
+    engine = docker_engine()
+    gate = Path(tempfile.mkdtemp(prefix="rbh-"))
+    spec = SandboxSpec(attempt_id=990_015, environment="test", profile="tiny", image=base_image(engine), cpus=1.0,
+                       memory_gb=1.0, keep_alive=True, gate_dir=str(gate))
+    began = time.monotonic()
+    try:
+        with pytest.raises(SandboxStartError, match=r"container stopped.*broken exec server"):
+            asyncio.run(DockerSandbox(spec, engine=engine).start())
+        assert time.monotonic() - began < 8
+        assert not [c for c in engine.containers(LABEL_HUMAN) if c[3].get(LABEL_HUMAN) == "990015"]
+    finally:
         shutil.rmtree(gate, ignore_errors=True)

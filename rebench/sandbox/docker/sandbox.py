@@ -149,8 +149,9 @@ class DockerSandbox:
             (self.gate_dir / "exec_server.py").write_bytes(_SERVER_SOURCE)
             (self.gate_dir / HARNESS_SOCKET).unlink(missing_ok=True)
             binds = {str(self.gate_dir.resolve()): {"bind": GATE_MOUNT, "mode": "rw"}}
-            command = ["python3", "-I", f"{GATE_MOUNT}/exec_server.py", "--listen",
-                       f"{GATE_MOUNT}/{HARNESS_SOCKET}", "--attempt", str(spec.attempt_id)]
+            # Through sh only for the redirection: whatever stops python early is in the log too.
+            command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
+                       f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
@@ -203,6 +204,9 @@ class DockerSandbox:
             await asyncio.to_thread(self._container.start)
             if raw is None:
                 raw = await self._connect_gate()
+        except SandboxDied as exc:
+            await self.stop()
+            raise SandboxStartError(f"could not start a container for attempt {self.spec.attempt_id}: {exc}") from None
         except docker.errors.DockerException as exc:
             await self.stop()
             raise SandboxStartError(
@@ -226,6 +230,7 @@ class DockerSandbox:
         """Connect to a keep-alive container's exec server on gate_dir/harness.sock (waiting for it to listen)."""
         path = str(self.gate_dir / HARNESS_SOCKET)
         deadline = time.monotonic() + _CONNECT_S
+        tries = 0
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -233,14 +238,25 @@ class DockerSandbox:
                 return sock
             except OSError as exc:
                 sock.close()
-                if time.monotonic() > deadline:
+                tries += 1
+                # Every second: has the container stopped (the server failed)? Then say so at once.
+                stopped = tries % 20 == 0 and not await asyncio.to_thread(self._running)
+                if stopped or time.monotonic() > deadline:
                     log = self.gate_dir / "exec-server.log"
                     said = log.read_text(errors="replace")[-500:].strip() if log.is_file() else ""
                     raise SandboxDied(
-                        f"exec server of attempt {self.spec.attempt_id} does not answer on {path} ({exc})"
+                        f"exec server of attempt {self.spec.attempt_id} does not answer on {path} ({exc}"
+                        + ("; its container stopped" if stopped else "") + ")"
                         + (f": {said}" if said else "")
                     ) from None
             await asyncio.sleep(0.05)
+
+    def _running(self) -> bool:
+        try:
+            self._container.reload()
+        except docker.errors.DockerException:
+            return False
+        return bool(self._container.status == "running")
 
     async def _open_channel(self, raw: socket.socket, *, bootstrap: bool) -> None:
         """Open the exec channel, check the server's health and the image's users."""
