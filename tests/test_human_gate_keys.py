@@ -87,3 +87,41 @@ def test_a_keep_alive_sandbox_needs_a_short_gate_folder(tmp_path: Path) -> None:
     with pytest.raises(SandboxStartError, match="too long a path"):
         DockerSandbox(SandboxSpec(**spec, gate_dir=str(deep)))
     assert DockerSandbox(SandboxSpec(**spec, gate_dir="/tmp/rbh-short")).gate_dir == Path("/tmp/rbh-short")
+
+
+def test_the_relay_copies_both_ways_and_closes_quietly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SshRelay alone: a real Unix socket server in the gate folder stands where sshd is (the Docker
+    tests cover the real one); closing the relay drops an open connection without an asyncio error."""
+    import asyncio
+    import logging
+    import tempfile
+
+    from rebench.sandbox.docker.ssh import SshRelay
+
+    gate = Path(tempfile.mkdtemp(prefix="rbh-"))
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1024):
+            writer.write(data.upper())
+            await writer.drain()
+
+    async def go() -> None:
+        inner = await asyncio.start_unix_server(echo, str(gate / "ssh.sock"))
+        relay = SshRelay(gate)
+        port = await relay.start()
+        with pytest.raises(RebenchError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await SshRelay(gate, port=port).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"hello")
+        assert await reader.readexactly(5) == b"HELLO"
+        await relay.close()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        inner.close()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        try:
+            asyncio.run(go())
+        finally:
+            shutil.rmtree(gate, ignore_errors=True)
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text

@@ -199,6 +199,8 @@ class SshRelay:
                 await asyncio.gather(_pipe(reader, inner_writer), _pipe(inner_reader, writer))
             finally:
                 inner_writer.close()
+        except asyncio.CancelledError:
+            pass  # close(): ending quietly (the server's callback would log a cancelled handler as an error)
         finally:
             writer.close()
             self._links.discard(task)
