@@ -6,7 +6,11 @@ and garbage collection go through its `DockerEngine`. One job per module:
 - `engine`: the engine wrapper (images, containers, volumes; labels and owner tokens for gc);
 - `archive`: tar helpers (files into a container; a bounded snapshot out of one);
 - `files`: a started container's file methods (ownership by the layout below);
-- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch).
+- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch; keep-alive
+  containers of human attempts, which outlive their harness and can be reattached);
+- `tasks`: the `task` command's requests from inside a human attempt's container;
+- `ssh`: SSH into a human attempt's container (the gate inside, the relay on the host);
+- `cast`: reading and playing the asciinema recordings of its SSH sessions.
 
 Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
 /home/agent; /protected is root:protected and closed to the agent; the scoring
@@ -22,6 +26,11 @@ request on the attached stream. With StdinOnce, the stream closing (the harness
 died) closes the server's stdin, the server kills everything and exits, and
 AutoRemove deletes the container: a crash leaks nothing for long, and
 `rebench gc` sweeps the rest.
+
+Human attempts use keep-alive containers instead (`SandboxSpec.keep_alive`, label
+LABEL_HUMAN): no AutoRemove, and the exec server listens on a Unix socket in the mounted
+gate folder (/run/rebench/gate, in a root-only /run/rebench), so the container outlives its
+harness and a new one reattaches; only an explicit stop() removes it.
 """
 
 from rebench.sandbox.base import SandboxBackend
