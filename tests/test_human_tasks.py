@@ -151,7 +151,7 @@ def test_clock_survives_the_process(tmp_path: Path) -> None:
     clock = restored.clock
     assert set(restored.open_pauses) == {"break"}
     assert clock.working_seconds() == pytest.approx(working_then, abs=0.1)  # on a break: nothing counts
-    interval, row_id = restored.open_pauses["break"]
+    interval, _row = restored.open_pauses["break"]
     clock.resume(interval)
     time.sleep(0.3)
     assert clock.working_seconds() == pytest.approx(working_then + 0.3, abs=0.1)

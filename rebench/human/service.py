@@ -136,7 +136,6 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
     """Check everything, then write the attempt row and its HumanSession at once (state `starting`)."""
     from rebench import preflight
     from rebench.environments.registry import EnvironmentRegistry
-    from rebench.sandbox.docker.ssh import key_fingerprint
 
     env = EnvironmentRegistry().get(environment)
     env.profile(profile)
@@ -149,6 +148,8 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
     _check_port(address, port)
     _check_docker(backend, env.name, profile)
     preflight.check(env, profile, "run", gpus=gpus or [], backend="docker")
+    from rebench.sandbox.docker.ssh import key_fingerprint
+
     gate_dir = tempfile.mkdtemp(prefix="rbh-")
     with store.session() as session:
         attempt = Attempt(source="own", environment=env.name, env_version=env.version, profile=profile,
