@@ -76,3 +76,28 @@ def test_local_backend_refuses_keep_alive(fixture_envs: Path) -> None:
     spec = SandboxSpec(attempt_id=1, environment="counter", profile="tiny", keep_alive=True)
     with pytest.raises(RebenchError, match="local backend cannot run human attempts"):
         create_sandbox(spec, EnvironmentRegistry().get("counter"))
+
+
+def test_recover_orphans_leaves_human_attempts_alone(tmp_path: Path) -> None:
+    """A human attempt whose supervisor died keeps `running` (its container holds the expert's work);
+    an agent attempt of a dead harness is marked interrupted as before."""
+    import subprocess
+    import sys
+
+    from rebench.campaign import recover_orphans
+    from rebench.store.db import Store
+    from rebench.store.models import Attempt, AttemptStatus, HumanSession
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store = Store(tmp_path / "orphans.db")
+    with store.session() as session:
+        rows = [Attempt(environment="counter", profile="tiny", agent=agent, budget_s=60.0,
+                        status=AttemptStatus.RUNNING, pid=dead.pid) for agent in ("human", "reference")]
+        session.add_all(rows)
+        session.flush()
+        session.add(HumanSession(attempt_id=rows[0].id, expert="Ada", public_key=KEY, supervisor_pid=dead.pid))
+        ids = [row.id for row in rows]
+    assert recover_orphans(store) == 1
+    with store.session() as session:
+        assert [session.get_one(Attempt, i).status for i in ids] == [AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED]
