@@ -4,7 +4,9 @@ The channel is the attached stdin/stdout of the container's main process, a raw
 socket handed over by the Docker SDK. Docker multiplexes stdout and stderr on it
 (8-byte headers: stream id, 3 zero bytes, big-endian length); stdout carries the
 server's reply frames, stderr its own diagnostics, which we keep for errors.
-Many requests may be in flight at once; replies are matched by id.
+Many requests may be in flight at once; replies are matched by id. A keep-alive
+container's server also sends unsolicited frames (`"event"`, e.g. a `task` request
+from inside the sandbox); they go to `on_event`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import json
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from rebench.errors import SandboxDied, SandboxStartError
@@ -45,6 +48,8 @@ class ExecChannel:
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self.diagnostics = bytearray()
         self.closed_reason: str | None = None
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        """Called (in the reading task: it must not block) with each unsolicited frame."""
 
     async def open(self, bootstrap: bytes = b"", timeout: float = 10.0) -> dict[str, Any]:
         """Start reading, send `bootstrap` (the server's source for the loader), wait for its hello."""
@@ -95,6 +100,10 @@ class ExecChannel:
                 self._dispatch(message)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("event"):
+            if self.on_event is not None:
+                self.on_event(message)
+            return
         if message.get("ready"):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(message)

@@ -32,6 +32,16 @@ when killed), head and tail of stdout and stderr within `limit` bytes each with
 the count dropped, and whether it timed out.
 
 As PID 1 it also reaps orphaned processes, which the kernel hands to it.
+
+Keep-alive mode (`--listen SOCKET`, human attempts): the channel is a Unix socket in
+the mounted gate folder instead of stdin/stdout, so a harness can come back after its
+process died. One harness connection is served at a time (a new one takes over);
+when it closes, that connection's commands are killed (whatever they froze is thawed)
+and the server keeps running for the next one. It also serves the `task` command on
+/run/rebench-task/task.sock: a request from the agent's uid (SO_PEERCRED) goes to the
+harness as an unsolicited frame {"id": null, "event": "task", "task": N, "command",
+"args", "uid", "pid"}; the harness answers with {"op": "task_reply", "task": N,
+"exit_code", "output"}, which is written back to the client as one JSON line.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import pwd
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -120,6 +131,7 @@ class Job:
         self.reap_users: list[str] = list(request.get("reap_users") or [])
         self.frozen: dict[int, str] = {}
         self.frozen_uids: set[int] = set()
+        self.generation = 0
 
 
 def _proc_stat(pid: str) -> tuple[int, int] | None:
@@ -367,10 +379,59 @@ def kill_tree(root_pid: int, marker: str) -> int:
     return killed
 
 
+TASK_DIR = "/run/rebench-task"
+TASK_SOCKET = TASK_DIR + "/task.sock"
+TASK_REQUEST_LIMIT = 65536
+TASK_REPLY_LIMIT = 60000
+"""Bytes of a task reply's output written back (the client's socket buffer holds it whole)."""
+TASK_READ_S = 10.0
+"""How long a `task` client may take to send its request."""
+TASK_CLIENTS = 32
+GATE_MOUNT = "/run/rebench/gate"
+
+
+class TaskClient:
+    """One connection of the `task` command on the task socket."""
+
+    def __init__(self, conn: socket.socket, pid: int, uid: int) -> None:
+        self.conn = conn
+        self.pid = pid
+        self.uid = uid
+        self.buf = bytearray()
+        self.opened = time.monotonic()
+        self.number = 0
+
+
+def _peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process on the other end of a Unix socket, from the kernel."""
+    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", data)
+    return pid, uid, gid
+
+
+def _listen_unix(path: str, mode: int) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, mode)
+    sock.listen(16)
+    sock.setblocking(False)
+    return sock
+
+
 class Server:
-    def __init__(self, infd: int, outfd: int) -> None:
+    def __init__(self, infd: int | None, outfd: int | None, *, listen: str | None = None, attempt: str = "") -> None:
         self.infd = infd
         self.outfd = outfd
+        self.attempt = attempt
+        self.generation = 0
+        self.harness: socket.socket | None = None
+        self.listener: socket.socket | None = None
+        self.task_listener: socket.socket | None = None
+        self.task_clients: dict[int, TaskClient] = {}
+        self.task_waiting: dict[int, TaskClient] = {}
+        self.task_counter = 0
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
         self.jobs: dict[int, Job] = {}
@@ -385,8 +446,143 @@ class Server:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._terminate)
-        self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
+        if self.infd is not None:
+            self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        if listen is not None:
+            self._listen(listen)
+
+    # -- keep-alive mode ---------------------------------------------------
+    def _listen(self, path: str) -> None:
+        """Close /run/rebench to everyone but root (the agent must reach none of the gate's
+        sockets), then serve the harness socket and the task socket."""
+        gate = os.path.dirname(path)
+        parent = os.path.dirname(gate)
+        os.chown(parent, 0, 0)
+        os.chmod(parent, 0o700)
+        # The host side runs as the gate folder's owner (not root): it must connect and clean up.
+        self.listener = _listen_unix(path, 0o666)
+        self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        os.makedirs(TASK_DIR, exist_ok=True)
+        os.chown(TASK_DIR, 0, 0)
+        os.chmod(TASK_DIR, 0o755)
+        self.task_listener = _listen_unix(TASK_SOCKET, 0o666)
+        self.sel.register(self.task_listener, selectors.EVENT_READ, ("task_listen", None))
+
+    def accept_harness(self) -> None:
+        assert self.listener is not None
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        if self.harness is not None:
+            self.harness_gone()  # a new harness takes over: the old one is dead or lost
+        conn.setblocking(False)
+        self.harness = conn
+        self.infd = self.outfd = conn.fileno()
+        self.inbuf.clear()
+        self.generation += 1
+        self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
+        self.send({"id": 0, "ready": True, "pid": os.getpid()})
+
+    def harness_gone(self) -> None:
+        """The harness's connection closed: kill its commands (finish() thaws what they froze),
+        tell waiting `task` clients, and wait for the next harness."""
+        if self.infd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.infd)
+        if self.harness is not None:
+            with contextlib.suppress(OSError):
+                self.harness.close()
+        self.harness = None
+        self.infd = self.outfd = None
+        self.inbuf.clear()
+        for job in list(self.jobs.values()):
+            if job.generation == self.generation and not job.killed:
+                job.killed = True
+                kill_tree(job.proc.pid, job.marker)
+        for client in list(self.task_waiting.values()):
+            self.task_answer(client, 3, self._attach_hint("the harness disconnected"))
+
+    def _attach_hint(self, why: str) -> str:
+        return (f"task: {why}; the operator must run `rebench human attach {self.attempt or 'ID'}` "
+                "and then you can run the command again\n")
+
+    def accept_task(self) -> None:
+        assert self.task_listener is not None
+        try:
+            conn, _ = self.task_listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            pid, uid, _gid = _peer_credentials(conn)
+            agent = self._user("agent")[0]
+        except (OSError, KeyError):
+            conn.close()
+            return
+        client = TaskClient(conn, pid, uid)
+        if uid != agent:
+            self.task_answer(client, 126, f"task: refused: only the agent user may use this command (uid {uid})\n")
+            return
+        if len(self.task_clients) >= TASK_CLIENTS:
+            self.task_answer(client, 1, "task: too many task commands at once; try again\n")
+            return
+        conn.setblocking(False)
+        self.task_clients[conn.fileno()] = client
+        self.sel.register(conn, selectors.EVENT_READ, ("task_client", client))
+
+    def read_task(self, client: TaskClient) -> None:
+        try:
+            data = client.conn.recv(TASK_REQUEST_LIMIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        client.buf += data
+        if b"\n" not in client.buf and data and len(client.buf) <= TASK_REQUEST_LIMIT:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(client.conn)
+        self.task_clients.pop(client.conn.fileno(), None)
+        line = bytes(client.buf).split(b"\n", 1)[0]
+        try:
+            request = json.loads(line)
+            command = str(request["command"])
+            args = [str(a) for a in request.get("args") or []]
+        except (ValueError, KeyError, TypeError):
+            self.task_answer(client, 2, "task: bad request\n")
+            return
+        if self.outfd is None:
+            self.task_answer(client, 3, self._attach_hint("the harness is not connected"))
+            return
+        self.task_counter += 1
+        client.number = self.task_counter
+        self.task_waiting[client.number] = client
+        self.send({"id": None, "event": "task", "task": client.number, "command": command, "args": args,
+                   "uid": client.uid, "pid": client.pid})
+
+    def task_answer(self, client: TaskClient, exit_code: int, output: str) -> None:
+        """Write the reply line and close; a client that went away (or is frozen with a full buffer) misses it."""
+        self.task_waiting.pop(client.number, None)
+        data = output.encode("utf-8", errors="replace")
+        if len(data) > TASK_REPLY_LIMIT:
+            data = data[: TASK_REPLY_LIMIT] + b"\n[output cut]\n"
+        line = json.dumps({"exit_code": exit_code, "output": data.decode("utf-8", errors="replace")}) + "\n"
+        with contextlib.suppress(OSError):
+            client.conn.setblocking(True)
+            client.conn.settimeout(0.5)
+            client.conn.sendall(line.encode())
+        with contextlib.suppress(OSError):
+            client.conn.close()
+
+    def expire_tasks(self) -> None:
+        now = time.monotonic()
+        for client in list(self.task_clients.values()):
+            if now - client.opened > TASK_READ_S:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(client.conn)
+                self.task_clients.pop(client.conn.fileno(), None)
+                self.task_answer(client, 2, "task: no request arrived\n")
 
     def frozen_uids(self) -> set[int]:
         return {uid for job in self.jobs.values() for uid in job.frozen_uids}
@@ -398,6 +594,8 @@ class Server:
 
     # -- replies -----------------------------------------------------------
     def send(self, payload: dict) -> None:
+        if self.outfd is None:
+            return  # keep-alive mode with no harness: the reply has nobody to go to
         data = json.dumps(payload, separators=(",", ":")).encode()
         frame = HEADER.pack(len(data)) + data
         view = memoryview(frame)
@@ -407,6 +605,11 @@ class Server:
             except BlockingIOError:
                 time.sleep(0.001)
                 continue
+            except OSError:
+                if self.listener is None:
+                    raise
+                self.harness_gone()
+                return
             view = view[written:]
 
     # -- requests ----------------------------------------------------------
@@ -441,6 +644,11 @@ class Server:
                 job.killed = True
                 kill_tree(job.proc.pid, job.marker)
             self.send({"id": request["id"], "ok": job is not None})
+        elif op == "task_reply":
+            client = self.task_waiting.get(int(request.get("task", -1)))
+            if client is not None:
+                self.task_answer(client, int(request.get("exit_code", 1)), str(request.get("output", "")))
+            self.send({"id": request["id"], "ok": client is not None})
         elif op == "kill_user":
             uid = self._user(request["user"])[0]
             killed = kill_matching(lambda entry: os.stat(f"/proc/{entry}").st_uid == uid)
@@ -525,6 +733,7 @@ class Server:
             return
         job = Job(request, proc, marker)
         job.frozen, job.frozen_uids = frozen, freeze
+        job.generation = self.generation
         job.spawn_s = job.started - began
         self.jobs[job.id] = job
         self.by_pid[proc.pid] = job
@@ -574,6 +783,8 @@ class Server:
                 stream.close()
         self.jobs.pop(job.id, None)
         self.by_pid.pop(job.proc.pid, None)
+        if job.generation != self.generation:
+            return  # its harness is gone; the reply's id would mean another request now
         self.send(
             {
                 "id": job.id,
@@ -609,14 +820,19 @@ class Server:
                     os.waitpid(info.si_pid, 0)
 
     def read_requests(self) -> bool:
+        if self.infd is None:
+            return True
         try:
             data = os.read(self.infd, READ_CHUNK)
         except BlockingIOError:
             return True
+        except OSError:
+            data = b""
         if not data:
             return False
         self.inbuf += data
-        while len(self.inbuf) >= 4:
+        generation = self.generation
+        while len(self.inbuf) >= 4 and generation == self.generation:
             (size,) = HEADER.unpack_from(self.inbuf)
             if len(self.inbuf) < 4 + size:
                 break
@@ -634,9 +850,10 @@ class Server:
         return True
 
     def run(self) -> int:
-        os.set_blocking(self.infd, False)
-        stdin_open = True
-        while stdin_open or self.jobs:
+        if self.infd is not None:
+            os.set_blocking(self.infd, False)
+        stdin_open = self.infd is not None
+        while stdin_open or self.jobs or self.listener is not None:
             now = time.monotonic()
             waits = [1.0]
             for job in self.jobs.values():
@@ -646,10 +863,19 @@ class Server:
                     waits.append(job.exited_at + EXIT_GRACE_S - now)
             for key, _mask in self.sel.select(max(0.0, min(waits))):
                 kind, data = key.data
-                if kind == "in":
+                if kind == "listen":
+                    self.accept_harness()
+                elif kind == "task_listen":
+                    self.accept_task()
+                elif kind == "task_client":
+                    self.read_task(data)
+                elif kind == "in" and self.listener is not None:
+                    if not self.read_requests():
+                        self.harness_gone()
+                elif kind == "in":
                     if not self.read_requests():
                         stdin_open = False
-                        self.sel.unregister(self.infd)
+                        self.sel.unregister(key.fd)
                         for job in list(self.jobs.values()):
                             job.killed = True
                             kill_tree(job.proc.pid, job.marker)
@@ -685,6 +911,8 @@ class Server:
                         self.sel.unregister(job.proc.stdin.fileno())
                         job.proc.stdin.close()
             self.reap()
+            if self.task_clients:
+                self.expire_tasks()
             now = time.monotonic()
             for job in list(self.jobs.values()):
                 if (
@@ -700,11 +928,26 @@ class Server:
         return 0
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "--listen":
+        # Keep-alive mode: diagnostics go to a file in the gate folder (the container has no log).
+        attempt = argv[3] if len(argv) >= 4 and argv[2] == "--attempt" else ""
+        gate = os.stat(os.path.dirname(argv[1]))
+        log = os.open(os.path.join(os.path.dirname(argv[1]), "exec-server.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        with contextlib.suppress(OSError):  # the host's harness user owns the gate folder and cleans it up
+            os.fchown(log, gate.st_uid, gate.st_gid)
+        os.dup2(log, 2)
+        os.close(log)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        return Server(None, None, listen=argv[1], attempt=attempt).run()
     server = Server(sys.stdin.fileno(), sys.stdout.fileno())
     server.send({"id": 0, "ready": True, "pid": os.getpid()})
     return server.run()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

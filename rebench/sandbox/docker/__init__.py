@@ -6,7 +6,11 @@ and garbage collection go through its `DockerEngine`. One job per module:
 - `engine`: the engine wrapper (images, containers, volumes; labels and owner tokens for gc);
 - `archive`: tar helpers (files into a container; a bounded snapshot out of one);
 - `files`: a started container's file methods (ownership by the layout below);
-- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch).
+- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch; keep-alive
+  containers of human attempts, which outlive their harness and can be reattached);
+- `tasks`: the `task` command's requests from inside a human attempt's container;
+- `ssh`: SSH into a human attempt's container (the gate inside, the relay on the host);
+- `cast`: reading and playing the asciinema recordings of its SSH sessions.
 
 Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
 /home/agent; /protected is root:protected and closed to the agent; the scoring

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,16 @@ from docker.types import DeviceRequest, LogConfig
 from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
 from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
-from rebench.sandbox.docker.engine import LABEL_ATTEMPT, LABEL_CAMPAIGN, LABEL_OWNER, DockerEngine, owner_token
+from rebench.sandbox.docker.engine import (
+    LABEL_ATTEMPT,
+    LABEL_CAMPAIGN,
+    LABEL_HUMAN,
+    LABEL_OWNER,
+    DockerEngine,
+    owner_token,
+)
 from rebench.sandbox.docker.files import ContainerFiles, in_solution
+from rebench.sandbox.docker.tasks import NO_HARNESS_EXIT, TaskHandler, TaskReply, TaskRequest, attach_hint
 from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
@@ -46,6 +55,11 @@ DEFAULT_DISK_LIMIT_GB = 50.0
 so the harness polls the writable layer's size); `REBENCH_DISK_LIMIT_GB` overrides."""
 _REPLY_MARGIN_S = 30.0
 """How long past a command's own timeout we wait for the server before calling the sandbox dead."""
+GATE_MOUNT = "/run/rebench/gate"
+"""Where a keep-alive container sees its gate folder (its parent is made root-only inside)."""
+HARNESS_SOCKET = "harness.sock"
+_CONNECT_S = 15.0
+"""How long a keep-alive container's exec server may take to open its socket."""
 
 
 class DockerSandbox:
@@ -80,6 +94,18 @@ class DockerSandbox:
         self.breach: str | None = None
         """Set when the agent broke a limit the engine cannot enforce (disk); its commands then fail."""
         self._disk_watch: asyncio.Task[None] | None = None
+        if spec.keep_alive and not spec.gate_dir:
+            raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
+        self.task_handler: TaskHandler | None = None
+        """Answers `task` requests from inside a keep-alive container (set by the harness)."""
+        self._task_jobs: set[asyncio.Task[None]] = set()
+
+    @property
+    def gate_dir(self) -> Path:
+        """The host folder mounted at /run/rebench/gate (keep-alive sandboxes only)."""
+        if not self.spec.gate_dir:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} has no gate folder")
+        return Path(self.spec.gate_dir)
 
     # -- lifecycle -----------------------------------------------------------
     @property
@@ -95,6 +121,7 @@ class DockerSandbox:
             "rebench.environment": self.spec.environment,
             "rebench.profile": self.spec.profile,
             LABEL_OWNER: owner_token(),
+            **({LABEL_HUMAN: str(self.spec.attempt_id)} if self.spec.keep_alive else {}),
         }
 
     def _create(self) -> Any:
@@ -107,8 +134,19 @@ class DockerSandbox:
             ]
         memory = int(spec.memory_gb * 1024**3)
         name = f"rebench-a{spec.attempt_id}-{os.urandom(3).hex()}"
+        keep = spec.keep_alive
+        command = ["python3", "-I", "-c", _LOADER]
+        binds: dict[str, dict[str, str]] = {}
+        if keep:
+            # The server runs from the gate folder and listens there, so a later harness can reconnect.
+            (self.gate_dir / "exec_server.py").write_bytes(_SERVER_SOURCE)
+            (self.gate_dir / HARNESS_SOCKET).unlink(missing_ok=True)
+            binds = {str(self.gate_dir.resolve()): {"bind": GATE_MOUNT, "mode": "rw"}}
+            command = ["python3", "-I", f"{GATE_MOUNT}/exec_server.py", "--listen",
+                       f"{GATE_MOUNT}/{HARNESS_SOCKET}", "--attempt", str(spec.attempt_id)]
         host_config = client.api.create_host_config(
-            auto_remove=True,
+            auto_remove=not keep,
+            binds=binds or None,
             network_mode="bridge" if self._network else "none",
             nano_cpus=int(min(spec.cpus, self.engine.cpu_count()) * 1e9),
             mem_limit=memory,
@@ -116,19 +154,20 @@ class DockerSandbox:
             pids_limit=spec.max_processes,
             shm_size=self._shm_bytes,
             device_requests=devices,
-            cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE"],
+            # sshd (human attempts, as root) fails a pty login when it cannot write its audit record.
+            cap_drop=["NET_RAW", "MKNOD"] if keep else ["NET_RAW", "MKNOD", "AUDIT_WRITE"],
             security_opt=["no-new-privileges"],
             log_config=LogConfig(type="none"),
         )
         try:
             created = client.api.create_container(
                 spec.image,
-                command=["python3", "-I", "-c", _LOADER],
+                command=command,
                 name=name,
                 hostname=f"attempt-{spec.attempt_id}",
                 user="0",
-                stdin_open=True,
-                detach=False,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
+                stdin_open=not keep,
+                detach=keep,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
                 tty=False,
                 labels=self._labels(),
                 environment=dict(spec.env),
@@ -148,11 +187,15 @@ class DockerSandbox:
         try:
             self._container = await asyncio.to_thread(self._create)
             self.container_id = str(self._container.id)
-            sock = await asyncio.to_thread(
-                self._container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            raw = getattr(sock, "_sock", sock)
+            raw = None
+            if not self.spec.keep_alive:
+                sock = await asyncio.to_thread(
+                    self._container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                )
+                raw = getattr(sock, "_sock", sock)
             await asyncio.to_thread(self._container.start)
+            if raw is None:
+                raw = await self._connect_gate()
         except docker.errors.DockerException as exc:
             await self.stop()
             raise SandboxStartError(
@@ -161,16 +204,8 @@ class DockerSandbox:
         except BaseException:
             await self.stop()
             raise
-        self._channel = ExecChannel(raw)
         try:
-            bootstrap = str(len(_SERVER_SOURCE)).encode() + b"\n" + _SERVER_SOURCE
-            await self._channel.open(bootstrap)
-            health = await asyncio.wait_for(
-                self._channel.request(
-                    {"op": "ping", "users": ["agent", "root", "scorer", SUBJECT_USER], "groups": ["protected"]}
-                ),
-                10,
-            )
+            await self._open_channel(raw, bootstrap=not self.spec.keep_alive)
         except BaseException as exc:
             await self.stop()
             if isinstance(exc, SandboxError | TimeoutError):
@@ -178,17 +213,127 @@ class DockerSandbox:
                     f"container for attempt {self.spec.attempt_id} failed its health check: {exc}"
                 ) from None
             raise
+        self.start_to_ready_s = time.perf_counter() - started
+
+    async def _connect_gate(self) -> socket.socket:
+        """Connect to a keep-alive container's exec server on gate_dir/harness.sock (waiting for it to listen)."""
+        path = str(self.gate_dir / HARNESS_SOCKET)
+        deadline = time.monotonic() + _CONNECT_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                return sock
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    log = self.gate_dir / "exec-server.log"
+                    said = log.read_text(errors="replace")[-500:].strip() if log.is_file() else ""
+                    raise SandboxDied(
+                        f"exec server of attempt {self.spec.attempt_id} does not answer on {path} ({exc})"
+                        + (f": {said}" if said else "")
+                    ) from None
+            await asyncio.sleep(0.05)
+
+    async def _open_channel(self, raw: socket.socket, *, bootstrap: bool) -> None:
+        """Open the exec channel, check the server's health and the image's users."""
+        self._channel = ExecChannel(raw, multiplexed=bootstrap)
+        self._channel.on_event = self._on_event
+        source = str(len(_SERVER_SOURCE)).encode() + b"\n" + _SERVER_SOURCE if bootstrap else b""
+        await self._channel.open(source)
+        health = await asyncio.wait_for(
+            self._channel.request(
+                {"op": "ping", "users": ["agent", "root", "scorer", SUBJECT_USER], "groups": ["protected"]}
+            ),
+            10,
+        )
         ids = health.get("ids", {})
         missing = [name for name in ("agent", "scorer", SUBJECT_USER) if not ids.get(name)]
         if missing:
-            await self.stop()
             raise SandboxStartError(
                 f"image {self.spec.image} has no user {', '.join(missing)}; rebuild it from the current "
                 f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
             )
         self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder)
-        self.start_to_ready_s = time.perf_counter() - started
         self._disk_watch = asyncio.create_task(self._watch_disk())
+
+    @classmethod
+    async def reattach(
+        cls, spec: SandboxSpec, container_id: str, *, engine: DockerEngine | None = None
+    ) -> DockerSandbox:
+        """Connect again to a running keep-alive container (its harness died or detached);
+        SandboxDied if it is gone. A failure here never removes the container."""
+        sandbox = cls(spec, engine=engine)
+        if not spec.keep_alive:
+            raise SandboxError(f"attempt {spec.attempt_id}: only a keep-alive sandbox can be reattached")
+        try:
+            container = await asyncio.to_thread(sandbox.engine.client.containers.get, container_id)
+        except docker.errors.NotFound:
+            raise SandboxDied(f"container {container_id[:12]} of attempt {spec.attempt_id} is gone") from None
+        except docker.errors.DockerException as exc:
+            raise SandboxDied(
+                f"cannot inspect container {container_id[:12]} of attempt {spec.attempt_id}: {exc}"
+            ) from None
+        if container.status != "running":
+            raise SandboxDied(
+                f"container {container_id[:12]} of attempt {spec.attempt_id} is not running ({container.status})"
+            )
+        sandbox._container = container
+        sandbox.container_id = str(container.id)
+        started = time.perf_counter()
+        raw = await sandbox._connect_gate()
+        try:
+            await sandbox._open_channel(raw, bootstrap=False)
+        except BaseException:
+            await sandbox.detach()
+            raise
+        sandbox.start_to_ready_s = time.perf_counter() - started
+        return sandbox
+
+    async def detach(self) -> None:
+        """Close the channel only: the container, the expert's sessions and their processes keep
+        running (the server kills only the commands this harness had in flight)."""
+        if self._disk_watch is not None:
+            self._disk_watch.cancel()
+            self._disk_watch = None
+        for job in list(self._task_jobs):
+            job.cancel()
+        if self._channel is not None:
+            await self._channel.close()
+
+    # -- the task command ------------------------------------------------------
+    def _on_event(self, message: dict[str, Any]) -> None:
+        if message.get("event") != "task":
+            return
+        job = asyncio.get_running_loop().create_task(self._answer_task(message))
+        self._task_jobs.add(job)
+        job.add_done_callback(self._task_jobs.discard)
+
+    async def _answer_task(self, message: dict[str, Any]) -> None:
+        channel = self._channel
+        try:
+            request = TaskRequest(
+                command=str(message.get("command", "")),
+                args=[str(a) for a in message.get("args") or []],
+                uid=int(message.get("uid", -1)),
+                pid=int(message.get("pid", 0)),
+            )
+            if self.task_handler is None:
+                reply = TaskReply(exit_code=NO_HARNESS_EXIT,
+                                  output=attach_hint(self.spec.attempt_id, "nothing answers task commands now"))
+            else:
+                reply = await self.task_handler(request)
+        except Exception as exc:  # the expert gets a message, the channel lives on
+            reply = TaskReply(exit_code=1, output=f"task: the harness failed: {type(exc).__name__}: {exc}\n")
+        if channel is not None and channel.is_open:
+            with contextlib.suppress(SandboxError, TimeoutError):
+                await asyncio.wait_for(
+                    channel.request(
+                        {"op": "task_reply", "task": message.get("task"), "exit_code": reply.exit_code,
+                         "output": reply.output}
+                    ),
+                    30,
+                )
 
     def _written_bytes(self) -> int:
         found = self.engine.client.api.containers(all=True, size=True, filters={"id": self.container_id})
@@ -231,6 +376,8 @@ class DockerSandbox:
     async def stop(self) -> None:
         if self._disk_watch is not None:
             self._disk_watch.cancel()
+        for job in list(self._task_jobs):
+            job.cancel()
         if self._channel is not None:
             await self._channel.close()
         if self.container_id is not None:
