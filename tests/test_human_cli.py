@@ -50,7 +50,8 @@ def test_start_refuses_bad_input(change: dict[str, str], expected: str, fixture_
     garbage.write_text("this is not a key\n")
     options = {"--env": "counter", "--profile": "tiny", "--budget": "8h", "--name": "Ada", "--key": str(key_file)}
     options.update(change)
-    options = {k: {"MISSING": str(tmp_path / "nokey.pub"), "GARBAGE": str(garbage)}.get(v, v) for k, v in options.items()}
+    stand_ins = {"MISSING": str(tmp_path / "nokey.pub"), "GARBAGE": str(garbage)}
+    options = {k: stand_ins.get(v, v) for k, v in options.items()}
     argv = ["human", "start", "--db", str(db)] + [part for item in options.items() for part in item]
     code, out, err = run_main(argv, capsys)
     assert code == 2, (out, err)

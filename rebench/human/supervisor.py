@@ -34,7 +34,16 @@ from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.scoring.result import ScoreResult
 from rebench.store.db import Store
-from rebench.store.models import Attempt, Event, EventKind, HumanSession, HumanState, ScoreEvent, ScoreKind
+from rebench.store.models import (
+    Attempt,
+    AttemptStatus,
+    Event,
+    EventKind,
+    HumanSession,
+    HumanState,
+    ScoreEvent,
+    ScoreKind,
+)
 
 HEARTBEAT_S = 2.0
 TICK_S = 0.25
@@ -43,7 +52,7 @@ BACKEND = "docker"
 
 def human_dir(store: Store, attempt_id: int) -> Path:
     """Where a human attempt's log and recordings are kept, next to the database."""
-    return store.path.parent / "human" / f"attempt-{attempt_id}"
+    return store.path.resolve().parent / "human" / f"attempt-{attempt_id}"
 
 
 def log_path(store: Store, attempt_id: int) -> Path:
@@ -97,10 +106,11 @@ class SessionLog:
             self.seen += 1
 
     def keep_all(self) -> None:
-        casts = self.gate_dir / "casts"
+        """Every recording and the gate's session log, kept beside the database."""
         with contextlib.suppress(OSError):
-            for path in sorted(casts.glob("*.cast")):
+            for path in sorted((self.gate_dir / "casts").glob("*.cast")):
                 self.keep(str(path.relative_to(self.gate_dir)))
+            self.keep("sessions.jsonl")
 
 
 class HumanAgent:
@@ -237,8 +247,11 @@ async def supervise(store: Store, attempt_id: int, *, resume: bool = False,
         outcome = await runner.run(attempt_id, AgentConfig(name="human"), hooks)
     finally:
         beating.cancel()
-        with contextlib.suppress(Exception):
-            update_session(store, attempt_id, state=HumanState.ENDED)
+    if outcome.status != AttemptStatus.RUNNING:  # the container is gone; what it recorded is kept
+        update_session(store, attempt_id, state=HumanState.ENDED)
+        gate_dir = hooks.spec_update.get("gate_dir")
+        if gate_dir:
+            shutil.rmtree(gate_dir, ignore_errors=True)
     log(f"attempt {attempt_id}: ended {outcome.status.value}"
         + (f" ({outcome.error_message})" if outcome.error_message else ""))
     return outcome
@@ -269,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _mark_failed(store: Store, attempt_id: int, message: str) -> None:
     """A supervisor that failed before the runner could write the row says why there."""
-    from rebench.store.models import AttemptStatus, ErrorSource
+    from rebench.store.models import ErrorSource
 
     with contextlib.suppress(Exception), store.session() as session:
         attempt = session.get_one(Attempt, attempt_id)
