@@ -185,3 +185,20 @@ def test_dead_supervisor_attach_then_stop(human: Human) -> None:
     assert not _container_running(container)
     seqs = [s for (s,) in human.rows("select seq from events order by id")]
     assert seqs == sorted(set(seqs))  # the resumed log numbers on
+
+
+def test_stop_with_a_dead_supervisor_reattaches_and_ends(human: Human) -> None:
+    human.start("10m")
+    assert human.ssh("task start").returncode == 0
+    assert human.ssh("cd solution && echo 4 > value.txt && task score && sleep 1").returncode == 0
+    (pid, container), = human.rows("select supervisor_pid, container_id from human_sessions")
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1)
+    stopped = human.cli("human", "stop", str(human.attempt_id))
+    assert stopped.returncode == 0, stopped.stderr
+    assert human.status() == "done" and not _container_running(container)
+    assert human.rows("select final_raw, submitted from attempts") == [(4.0, 0)]
+    notes = [json.loads(d)["message"] for (d,) in human.rows("select data from events where kind = 'note'")]
+    assert "stopped by the operator: no reason given" in notes
+    shown = human.cli("human", "status", str(human.attempt_id))
+    assert shown.returncode == 0 and "done" in shown.stdout and "pause (waiting)" in shown.stdout

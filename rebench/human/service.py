@@ -327,7 +327,7 @@ def stop_human(store: Store, attempt_id: int, reason: str | None = None,
     with no live supervisor, reattach here and end it."""
     _, human = _check_resumable(store, attempt_id, "stop")
     with store.session() as session:
-        session.get_one(HumanSession, attempt_id).stop_requested = reason or "stopped by the operator"
+        session.get_one(HumanSession, attempt_id).stop_requested = reason or "no reason given"
     if supervisor_alive(human):
         while True:
             with store.session() as session:
