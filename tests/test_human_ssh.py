@@ -4,12 +4,14 @@ here, on the dependency-free `counter` fixture environment (score = the number i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,3 +204,35 @@ def test_stop_with_a_dead_supervisor_reattaches_and_ends(human: Human) -> None:
     assert "stopped by the operator: no reason given" in notes
     shown = human.cli("human", "status", str(human.attempt_id))
     assert shown.returncode == 0 and "done" in shown.stdout and "pause (waiting)" in shown.stdout
+
+
+def test_start_whose_supervisor_dies_leaves_nothing_behind(human: Human) -> None:
+    """The supervisor killed while it takes the baseline score (made slow here): `start` says so in one
+    line, exits 2, and no container, supervisor or gate folder is left; the row says why."""
+    (human.envs / "counter" / "workspace" / "value.txt").write_text("sleep 4\n")
+    rebuilt = run_cli("envs", "build", "counter", "--profile", "tiny", "--backend", "docker",
+                      env={"REBENCH_ENVIRONMENTS": str(human.envs)}, timeout=900)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    start = subprocess.Popen(
+        [sys.executable, "-m", "rebench.cli.app", "human", "start", "--env", "counter", "--budget", "10m",
+         "--name", "Ada", "--key", f"{human.key}.pub", "--db", str(human.db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "REBENCH_ENVIRONMENTS": str(human.envs), "COLUMNS": "200"})
+    deadline = time.monotonic() + 60
+    found: list[tuple] = []
+    while not found:
+        assert time.monotonic() < deadline and start.poll() is None, "the container never started"
+        time.sleep(0.05)
+        if human.db.exists():
+            with contextlib.suppress(sqlite3.OperationalError):
+                found = human.rows("select supervisor_pid, container_id, gate_dir from human_sessions "
+                                   "where container_id is not null")
+    (pid, container, gate_dir), = found
+    os.kill(pid, signal.SIGKILL)
+    out, err = start.communicate(timeout=60)
+    assert start.returncode == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "failed to start" in lines[0] and "supervisor exited" in lines[0], err
+    assert not _container_running(container) and not Path(gate_dir).exists()
+    (status, message), = human.rows("select status, error_message from attempts")
+    assert status == "error" and "supervisor exited" in message

@@ -70,10 +70,10 @@ def list_command(db: DbOption = None, json_output: JsonOption = False) -> None:
     if json_output:
         print_json([r.model_dump() for r in rows])
         return
-    columns = [Col("id", key=True), Col("env", key=True), Col("expert", key=True), Col("status"), Col("state"),
-               Col("used"), Col("left"), Col("port"), Col("supervisor")]
-    cells = [[str(r.attempt_id), r.environment, r.expert, r.status, r.state, _duration(r.working_s),
-              _duration(r.left_s), str(r.port or "-"), "alive" if r.supervisor_alive else "-"] for r in rows]
+    columns = [Col("id", key=True), Col("env", key=True), Col("expert", key=True), Col("state"), Col("used"),
+               Col("left"), Col("supervisor"), Col("port"), Col("status")]
+    cells = [[str(r.attempt_id), r.environment, r.expert, r.state, _duration(r.working_s), _duration(r.left_s),
+              "alive" if r.supervisor_alive else "-", str(r.port or "-"), r.status] for r in rows]
     print_table(console, "Human attempts", columns, cells, more="--json")
 
 
@@ -94,8 +94,8 @@ def status_command(attempt_id: int, db: DbOption = None, json_output: JsonOption
         console.print(f"  score ({score['kind']}) at {_duration(float(str(score['working_s'])))}: {score['raw']}",
                       highlight=False)
     for pause in info.pauses:
-        end = "open" if pause["end_s"] is None else f"{float(str(pause['end_s'])):.0f} s"
-        console.print(f"  pause ({pause['reason']}) {float(str(pause['start_s'])):.0f} s - {end}", highlight=False)
+        end = "open" if pause["end_s"] is None else f"{float(str(pause['end_s'])):.1f} s"
+        console.print(f"  pause ({pause['reason']}) {float(str(pause['start_s'])):.1f} s - {end}", highlight=False)
 
 
 @app.command("stop")

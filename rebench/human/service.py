@@ -7,6 +7,7 @@ in a supervisor process (rebench.human.supervisor), detached from the operator's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
@@ -57,8 +58,8 @@ class HumanStart(BaseModel):
             f"copy files with `scp -i {self.key} -P {self.port} FILE agent@{host}:solution/`; VS Code "
             f"Remote-SSH works with a host entry (HostName {self.host}, Port {self.port}, User agent, "
             f"IdentityFile {self.key}).",
-            "inside, `task start` starts the clock; `task --help` is not needed: "
-            "task start|pause REASON|resume|status|score|score-log|submit|note TEXT",
+            "inside, `task start` starts the clock; then task pause REASON | resume | status | score | "
+            "score-log | note TEXT | submit",
             f"supervisor log: {self.log}",
         ])
 
@@ -211,8 +212,10 @@ def _private(key: Path | None) -> str:
     return str(key)[:-4] if key.name.endswith(".pub") else str(key)
 
 
-def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: float = READY_TIMEOUT_S) -> HumanStart:
-    """Until the attempt waits for its expert; a failed supervisor's reason as a RebenchError."""
+def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: float = READY_TIMEOUT_S,
+               abandon: bool = False) -> HumanStart:
+    """Until the attempt waits for its expert; a failed supervisor's reason as a RebenchError.
+    `abandon` (a fresh start, where no expert's work is at stake yet): then clean up after it."""
     deadline = time.monotonic() + timeout_s
     while True:
         with store.session() as session:
@@ -227,9 +230,38 @@ def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: fl
         if failed or dead or time.monotonic() > deadline:
             reason = attempt.error_message or (f"did not become ready within {timeout_s:.0f} s" if not dead
                                                else "its supervisor exited")
+            if abandon and not failed:
+                _abandon(store, attempt_id, reason)
             raise RebenchError(f"human attempt {attempt_id} failed to start: {_one_line(reason)} "
                                f"(log: {log_path(store, attempt_id)})")
         time.sleep(0.2)
+
+
+def _abandon(store: Store, attempt_id: int, reason: str) -> None:
+    """A start that failed leaves nothing running: no supervisor, no container, no gate folder; the
+    attempt row says why (status error)."""
+    import shutil
+    import signal
+
+    from rebench.store.models import ErrorSource
+
+    _, human = _human(store, attempt_id)
+    if human.supervisor_pid and _pid_alive(human.supervisor_pid):
+        with contextlib.suppress(OSError):
+            os.kill(human.supervisor_pid, signal.SIGKILL)
+    if human.container_id:
+        from rebench.sandbox.docker.engine import DockerEngine
+
+        with contextlib.suppress(Exception):
+            DockerEngine.connect().remove_container(human.container_id)
+    if human.gate_dir:
+        shutil.rmtree(human.gate_dir, ignore_errors=True)
+    with store.session() as session:
+        attempt = session.get_one(Attempt, attempt_id)
+        if attempt.status not in FINISHED_STATUSES:
+            attempt.status, attempt.error_source = AttemptStatus.ERROR, ErrorSource.INFRASTRUCTURE
+            attempt.error_message = f"failed to start: {reason}"
+        session.get_one(HumanSession, attempt_id).state = HumanState.ENDED
 
 
 def _one_line(text: str) -> str:
@@ -245,7 +277,7 @@ def start_human(store: Store, *, environment: str, profile: str, budget: str, na
                             bind=bind, port=port, backend=backend, gpus=gpus)
     if not foreground:
         spawn_supervisor(store, attempt_id)
-        return wait_ready(store, attempt_id, key)
+        return wait_ready(store, attempt_id, key, abandon=True)
     ready: list[HumanStart] = []
 
     def announce(bound: int) -> None:
