@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,13 @@ def test_budget_closes_the_open_session(human: Human) -> None:
     except subprocess.TimeoutExpired:
         session.kill()
         pytest.fail("the expert's session outlived the budget by more than 5 s")
+    closed_at = datetime.now(UTC)
     assert time.monotonic() - started >= 14
     assert human.wait_ended() == "limit"
     assert human.rows("select limit_reason from attempts") == [("time",)]
+    (limit_at,), = human.rows("select created_at from events where kind = 'limit'")
+    reached = datetime.fromisoformat(limit_at).replace(tzinfo=UTC)
+    assert (closed_at - reached).total_seconds() < 5  # the session closed within 5 s of the budget
 
 
 def test_dead_supervisor_attach_then_stop(human: Human) -> None:
