@@ -108,6 +108,7 @@ def test_expert_works_scores_pauses_and_submits(human: Human, tmp_path: Path) ->
     # only the expert's key, only the agent user
     assert human.ssh("true", key=_keygen(tmp_path / "intruder")).returncode == 255
     assert human.ssh("true", user="root").returncode == 255
+    assert "value.txt" in human.ssh("cat instructions.md").stdout  # the task text, as agents get it
     started = human.ssh("task start")
     assert started.returncode == 0, started.stderr
     edited = human.ssh("cd solution && echo 9 > value.txt && cat value.txt && cat /protected/answer.txt")

@@ -58,8 +58,8 @@ class HumanStart(BaseModel):
             f"copy files with `scp -i {self.key} -P {self.port} FILE agent@{host}:solution/`; VS Code "
             f"Remote-SSH works with a host entry (HostName {self.host}, Port {self.port}, User agent, "
             f"IdentityFile {self.key}).",
-            "inside, `task start` starts the clock; then task pause REASON | resume | status | score | "
-            "score-log | note TEXT | submit",
+            "inside, the task is in ~/instructions.md and the solution in ~/solution; `task start` starts the "
+            "clock; then task pause REASON | resume | status | score | score-log | note TEXT | submit",
             f"supervisor log: {self.log}",
         ])
 

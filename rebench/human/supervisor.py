@@ -45,6 +45,8 @@ from rebench.store.models import (
     ScoreKind,
 )
 
+INSTRUCTIONS_FILE = "instructions.md"
+"""In the expert's home: the environment's task text, as agents get it."""
 HEARTBEAT_S = 2.0
 TICK_S = 0.25
 BACKEND = "docker"
@@ -152,6 +154,9 @@ class HumanAgent:
         try:
             reason = self._stop_requested()
             if reason is None:
+                if self.restored is None:  # what an agent gets in its prompt, the expert reads in their home
+                    await ctx.sandbox.write_file(ctx.paths.in_home(INSTRUCTIONS_FILE), ctx.instructions.encode(),
+                                                 user="root", mode=0o444)
                 ctx.sandbox.task_handler = commands.handle  # type: ignore[attr-defined]  # DockerSandbox's
                 await open_ssh(ctx.sandbox, self.public_key)  # type: ignore[arg-type]
                 relay = SshRelay(self.gate_dir, self.bind, self.port)
