@@ -242,3 +242,5 @@ def test_start_whose_supervisor_dies_leaves_nothing_behind(human: Human) -> None
     assert not _container_running(container) and not Path(gate_dir).exists()
     (status, message), = human.rows("select status, error_message from attempts")
     assert status == "error" and "supervisor exited" in message
+    refused = human.cli("human", "attach", "1")
+    assert refused.returncode == 2 and "already ended (error)" in refused.stderr

@@ -213,7 +213,7 @@ def _private(key: Path | None) -> str:
 
 
 def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: float = READY_TIMEOUT_S,
-               abandon: bool = False) -> HumanStart:
+               abandon: bool = False, action: str = "start") -> HumanStart:
     """Until the attempt waits for its expert; a failed supervisor's reason as a RebenchError.
     `abandon` (a fresh start, where no expert's work is at stake yet): then clean up after it."""
     deadline = time.monotonic() + timeout_s
@@ -232,7 +232,7 @@ def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: fl
                                                else "its supervisor exited")
             if abandon and not failed:
                 _abandon(store, attempt_id, reason)
-            raise RebenchError(f"human attempt {attempt_id} failed to start: {_one_line(reason)} "
+            raise RebenchError(f"human attempt {attempt_id} failed to {action}: {_one_line(reason)} "
                                f"(log: {log_path(store, attempt_id)})")
         time.sleep(0.2)
 
@@ -350,7 +350,7 @@ def attach_human(store: Store, attempt_id: int) -> HumanStart:
     with store.session() as session:
         session.get_one(HumanSession, attempt_id).state = HumanState.STARTING
     spawn_supervisor(store, attempt_id, resume=True)
-    return wait_ready(store, attempt_id, None)
+    return wait_ready(store, attempt_id, None, action="resume")
 
 
 def stop_human(store: Store, attempt_id: int, reason: str | None = None,
