@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from rebench.calibration import ResolvedAnchors
     from rebench.campaign import CampaignRunner
     from rebench.environments.registry import Environment
+    from rebench.human.service import HumanAttemptInfo, HumanStart
     from rebench.noise import NoiseSummary
     from rebench.report.compute import Report
     from rebench.report.importer import ImportSummary
@@ -66,15 +67,19 @@ __all__ = [
     "Observer",
     "PlannedCampaign",
     "anchors_in_use",
+    "attach_human",
     "build_environment",
     "calibrate",
     "choose_backend",
+    "human_attempts",
     "import_metr_runs",
     "measure_noise",
     "noise_measured",
     "open_store",
     "report",
     "run_campaign",
+    "start_human",
+    "stop_human",
     "using_store",
 ]
 
@@ -417,3 +422,40 @@ def import_metr_runs(path: Path | str, *, db: Store | Path | str | None = None,
     export = read_metr_runs(Path(path), allow_empty=allow_empty)
     with using_store(db) as store:
         return store_metr_runs(store, export)
+
+
+def start_human(environment: str, *, name: str, key: Path | str, profile: str = "tiny", budget: str = "8h",
+                bind: str = "127.0.0.1", port: int = 0, gpus: Sequence[int] = (),
+                db: Store | Path | str | None = None, foreground: bool = False) -> HumanStart:
+    """Start a human expert attempt over SSH (rebench.human): every input is checked before a row is
+    written; returns once the expert can connect (its `ssh_command`), with the attempt supervised by
+    a detached process (`foreground`: by this one, returning when the attempt ended)."""
+    from rebench.human.service import start_human as start
+
+    with using_store(db) as store:
+        return start(store, environment=environment, profile=profile, budget=budget, name=name, key=Path(key),
+                     bind=bind, port=port, gpus=list(gpus), foreground=foreground)
+
+
+def human_attempts(db: Store | Path | str | None = None) -> list[HumanAttemptInfo]:
+    """Every human attempt: its state, working time used and left, and whether its supervisor runs."""
+    from rebench.human.service import list_humans
+
+    with using_store(db) as store:
+        return list_humans(store)
+
+
+def stop_human(attempt_id: int, reason: str | None = None, *, db: Store | Path | str | None = None) -> HumanAttemptInfo:
+    """End a human attempt (status done, its work scored), reattaching first if its supervisor died."""
+    from rebench.human.service import stop_human as stop
+
+    with using_store(db) as store:
+        return stop(store, attempt_id, reason)
+
+
+def attach_human(attempt_id: int, *, db: Store | Path | str | None = None) -> HumanStart:
+    """A new supervisor for a running human attempt whose supervisor died; returns once it serves again."""
+    from rebench.human.service import attach_human as attach
+
+    with using_store(db) as store:
+        return attach(store, attempt_id)

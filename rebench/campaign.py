@@ -26,7 +26,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource
+from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource, HumanSession
 
 MAX_INFRA_RETRIES = 1
 
@@ -144,10 +144,15 @@ class GpuPool:
 
 
 def recover_orphans(store: Store) -> int:
-    """Attempts left `running` by a harness that was killed (SIGKILL, power loss): mark them."""
+    """Attempts left `running` by a harness that was killed (SIGKILL, power loss): mark them.
+
+    Human attempts are left alone: their container outlives a dead supervisor with the expert's
+    work in it, and `rebench human attach` or `stop` picks them up (rebench.human)."""
     fixed = 0
+    humans = select(HumanSession.attempt_id)
     with store.session() as session:
-        for attempt in session.scalars(select(Attempt).where(Attempt.status == AttemptStatus.RUNNING)):
+        for attempt in session.scalars(select(Attempt).where(Attempt.status == AttemptStatus.RUNNING,
+                                                             Attempt.id.not_in(humans))):
             if attempt.pid is not None and _pid_alive(attempt.pid) and attempt.pid != os.getpid():
                 continue
             attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.INFRASTRUCTURE

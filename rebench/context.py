@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
@@ -76,7 +76,9 @@ class AttemptRecorder:
         self.attempt_id = attempt_id
         self.clock = clock
         self.flush_interval_s = flush_interval_s
-        self._seq = 0
+        self._seq = self._last_seq()
+        """Continues the attempt's numbering: a resumed attempt (a human attempt picked up again by
+        `rebench human attach`) appends to its log instead of repeating sequence numbers."""
         self._pending: list[dict[str, Any]] = []
         self._buffer_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -84,6 +86,11 @@ class AttemptRecorder:
         self._writer = threading.Thread(target=self._write_loop, name=f"rebench-events-{attempt_id}", daemon=True)
         self._writer.start()
         _OPEN_RECORDERS.add(self)
+
+    def _last_seq(self) -> int:
+        with self.store.session() as session:
+            last = session.scalar(select(func.max(Event.seq)).where(Event.attempt_id == self.attempt_id))
+        return int(last or 0)
 
     def event(self, kind: str, duration_s: float = 0.0, **data: Any) -> None:
         """Record one event; raises EventSchemaError (nothing recorded) when the payload does not fit its kind."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,20 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass
+class RunHooks:
+    """What a human attempt (rebench.human) changes in a run: its own agent object, a wall clock that
+    survives the process, a keep-alive sandbox, and, for a resumed attempt, the sandbox it reattaches
+    to instead of starting one (no install, no baseline: the attempt is already under way)."""
+
+    agent: Agent | None = None
+    clock: AttemptClock | None = None
+    spec_update: dict[str, Any] = field(default_factory=dict)
+    reattach: Callable[[SandboxSpec], Awaitable[Sandbox]] | None = None
+    on_started: Callable[[Sandbox, AttemptClock], None] | None = None
+    """Called once the sandbox runs and the clock has started (before install)."""
+
+
 class AttemptRunner:
     """Runs one planned attempt row to completion."""
 
@@ -136,12 +151,13 @@ class AttemptRunner:
             for key, value in fields.items():
                 setattr(attempt, key, value)
 
-    async def run(self, attempt_id: int, config: AgentConfig) -> AttemptOutcome:
+    async def run(self, attempt_id: int, config: AgentConfig, hooks: RunHooks | None = None) -> AttemptOutcome:
+        hooks = hooks or RunHooks()
         with self.store.session() as session:
             row = session.get_one(Attempt, attempt_id)
             profile_name, budget_s, seed, campaign_id = row.profile, row.budget_s, row.seed, row.campaign_id
         profile = self.env.profile(profile_name)
-        clock = AttemptClock()
+        clock = hooks.clock or AttemptClock()
         recorder = AttemptRecorder(self.store, attempt_id, clock)
         snapshot_budget = SnapshotBudget(profile.snapshot.max_bytes, profile.snapshot.max_files)
         rescoring = self.rule_of(profile) == "rescore_best"
@@ -150,29 +166,24 @@ class AttemptRunner:
                            if rescoring and profile.rescore.snapshot_each_score else None)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
-        self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend, pid=os.getpid())
+        if hooks.reattach is None:
+            self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
+                         pid=os.getpid())
+        else:
+            self._update(attempt_id, pid=os.getpid())
         try:
-            agent = load_agent(config)
-            assets = assets_dir(self.env, profile_name, build=False)
+            agent = hooks.agent or load_agent(config)
             spec = SandboxSpec(
                 attempt_id=attempt_id, campaign_id=campaign_id, environment=self.env.name, profile=profile_name,
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
                 network=profile.network if self.network is None else self.network,
-            )
-            self.progress(attempt_id, "starting sandbox")
-            sandbox = self.sandbox_factory(self.backend, spec, self.env)
-            await sandbox.start()
-            clock.start()
-            with clock.paused_for("setup") as interval:
-                pause_row = recorder.pause_started(interval)
-                try:
-                    await install_environment(sandbox, self.env, profile_name, assets)
-                    self.progress(attempt_id, "scoring the starting solution")
-                    baseline = await run_scoring(sandbox, profile.score_timeout_s)
-                    recorder.score(baseline, ScoreKind.BASELINE)
-                finally:
-                    clock.resume(interval)
-                    recorder.pause_ended(pause_row, interval)
+            ).model_copy(update=hooks.spec_update)
+            if hooks.reattach is not None:
+                self.progress(attempt_id, "reattaching to the sandbox")
+                sandbox = await hooks.reattach(spec)
+                clock.start()
+            else:
+                sandbox = await self._prepare(attempt_id, profile_name, spec, clock, recorder, hooks)
             ctx = AttemptContext(
                 sandbox=sandbox, recorder=recorder, clock=clock,
                 instructions=self._instructions(profile_name, profile, sandbox.paths),
@@ -185,8 +196,11 @@ class AttemptRunner:
                 reference_dir=self.env.reference_dir if getattr(agent, "uses_reference", False) else None,
                 score_snapshots=score_snapshots,
             )
-            recorder.event("start", instructions=ctx.instructions, agent=config.name, model=config.model,
-                           budget_s=budget_s, backend=self.backend)
+            if hooks.reattach is None:
+                recorder.event("start", instructions=ctx.instructions, agent=config.name, model=config.model,
+                               budget_s=budget_s, backend=self.backend)
+            else:
+                recorder.event("note", message="resumed on the running sandbox by a new harness process")
             self.progress(attempt_id, "agent running")
             await self._run_agent(agent, ctx, sandbox, outcome)
             if outcome.status == AttemptStatus.DONE and not await sandbox.alive():
@@ -206,6 +220,30 @@ class AttemptRunner:
             await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
                                snapshot_base, score_snapshots, rescoring)
         return outcome
+
+    async def _prepare(self, attempt_id: int, profile_name: str, spec: SandboxSpec, clock: AttemptClock,
+                       recorder: AttemptRecorder, hooks: RunHooks) -> Sandbox:
+        """Start the sandbox and the clock, install the environment and take the baseline score
+        (with the clock paused for it: harness work)."""
+        profile = self.env.profile(profile_name)
+        assets = assets_dir(self.env, profile_name, build=False)
+        self.progress(attempt_id, "starting sandbox")
+        sandbox = self.sandbox_factory(self.backend, spec, self.env)
+        await sandbox.start()
+        clock.start()
+        if hooks.on_started is not None:
+            hooks.on_started(sandbox, clock)
+        with clock.paused_for("setup") as interval:
+            pause_row = recorder.pause_started(interval)
+            try:
+                await install_environment(sandbox, self.env, profile_name, assets)
+                self.progress(attempt_id, "scoring the starting solution")
+                baseline = await run_scoring(sandbox, profile.score_timeout_s)
+                recorder.score(baseline, ScoreKind.BASELINE)
+            finally:
+                clock.resume(interval)
+                recorder.pause_ended(pause_row, interval)
+        return sandbox
 
     async def _run_agent(self, agent: Agent, ctx: AttemptContext, sandbox: Sandbox, outcome: AttemptOutcome) -> None:
         """Run the agent under the hard timer: the budget is checked every tick, not

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rebench.environments.build import local_python
 from rebench.environments.registry import Environment
-from rebench.errors import SandboxError
+from rebench.errors import RebenchError, SandboxError
 from rebench.paths import cache_dir
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.output import OutputCapture
@@ -369,6 +369,9 @@ class LocalSandbox:
 
 def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
     """A fresh attempt folder under the cache, running the environment's local python."""
+    if spec.keep_alive:
+        raise RebenchError("the local backend cannot run human attempts: it isolates nothing from the expert; "
+                           "use the docker backend")
     work = cache_dir() / "work"
     work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
