@@ -8,13 +8,11 @@ v2 cast: a JSON header line, then `[t, "o"|"i", data]` lines; replay plays only 
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -151,50 +149,6 @@ def _recording_path(recording: str, gate_dir: str | None) -> Path:
         candidates += [Path(gate_dir) / recording, Path(gate_dir) / "casts" / stored.name]
     return next((c for c in candidates if c.is_file()), candidates[1] if gate_dir and not stored.is_absolute()
                 else stored)
-
-
-def load_cast(path: Path) -> tuple[dict[str, Any], list[tuple[float, str, str]]]:
-    """An asciinema v2 cast: its header and its (time, code, data) events. A last line cut short
-    (the recorder was killed mid-write) is left out; any other bad line is an error."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise RebenchError(f"cannot read recording {str(path)!r}: {exc.strerror}") from None
-    try:
-        header = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("version") != 2:
-        raise RebenchError(f"{str(path)!r} is not an asciinema v2 recording (its first line must be a JSON "
-                           'header with "version": 2)')
-    events: list[tuple[float, str, str]] = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            t, code, data = json.loads(line)
-            events.append((float(t), str(code), str(data)))
-        except (ValueError, TypeError):
-            if number == len(lines):
-                break
-            raise RebenchError(f"{str(path)!r} line {number} is not a [time, code, data] event") from None
-    return header, events
-
-
-def play_cast(path: Path, out: IO[str], speed: float = 1.0, max_idle: float = 2.0) -> None:
-    """Write a cast's output events to `out` at their recorded pace divided by `speed`, waiting
-    at most `max_idle` seconds (of the recording) between two of them."""
-    _, events = load_cast(path)
-    previous = 0.0
-    for t, code, data in events:
-        if code != "o":
-            continue
-        delay = min(max(0.0, t - previous), max_idle) / speed
-        previous = t
-        if delay > 0:
-            time.sleep(delay)
-        out.write(data)
-        out.flush()
 
 
 def session_lines(sessions: list[dict[str, Any]]) -> Iterator[str]:

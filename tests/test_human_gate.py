@@ -15,6 +15,7 @@ import pty
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -157,7 +158,7 @@ def test_only_the_experts_key_logs_in_as_the_agent(harness: Harness) -> None:
         ["ssh", "-p", str(harness.port), *SSH_OPTIONS, "-o", "PreferredAuthentications=password,keyboard-interactive",
          "-o", "PubkeyAuthentication=no", "agent@127.0.0.1", "true"], capture_output=True, text=True, timeout=60)
     assert password.returncode == 255 and "Permission denied (publickey)" in password.stderr
-    # No forwarding: nothing in the container reaches out through the expert's connection.
+    # No remote forwarding: nothing in the container reaches out through the expert's connection.
     forward = subprocess.run([*harness.ssh_argv("-R", "0:127.0.0.1:9", "-o", "ExitOnForwardFailure=yes"), "true"],
                              capture_output=True, text=True, timeout=60)
     assert forward.returncode == 255 and "forwarding failed" in forward.stderr
@@ -168,6 +169,38 @@ def test_only_the_experts_key_logs_in_as_the_agent(harness: Harness) -> None:
                           ">> ~/.ssh/authorized_keys; echo x >> /etc/rebench-ssh/keys/agent")
     assert "Permission denied" in planted.stderr
     assert harness.ssh("true", key=harness.other_key).returncode == 255
+
+
+def test_local_forwarding_reaches_only_the_containers_loopback(harness: Harness) -> None:
+    """What VS Code Remote-SSH needs: a tunnel from the expert's machine to a server the expert
+    runs inside the container; a tunnel to any other address is refused by sshd."""
+    server = harness.ssh("nohup python3 -c \"import socket; s=socket.socket(); "
+                         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', 8765)); "
+                         "s.listen(); c, _ = s.accept(); c.sendall(b'inside-' + c.recv(5)); c.close()\" "
+                         ">/dev/null 2>&1 & sleep 0.5")
+    assert server.returncode == 0, server.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local_port = probe.getsockname()[1]
+    tunnel = subprocess.Popen([*harness.ssh_argv("-N", "-L", f"{local_port}:127.0.0.1:8765",
+                                                 "-o", "ExitOnForwardFailure=yes")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        reply = b""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not reply:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", local_port), 2) as conn:
+                conn.sendall(b"hello")
+                reply = conn.recv(100)
+            if not reply:
+                time.sleep(0.2)
+        assert reply == b"inside-hello"
+    finally:
+        tunnel.terminate()
+        tunnel.wait(10)
+    verbose = [o if o != "LogLevel=ERROR" else "LogLevel=INFO" for o in harness.ssh_argv("-W", "10.1.2.3:80")]
+    elsewhere = subprocess.run(verbose, capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 255 and "prohibited" in elsewhere.stderr, elsewhere.stderr
 
 
 def test_the_task_command_reaches_the_handler_only_from_the_agent(harness: Harness) -> None:
@@ -392,3 +425,4 @@ def test_a_keep_alive_server_that_fails_at_start_is_reported_at_once(monkeypatch
         assert not [c for c in engine.containers(LABEL_HUMAN) if c[3].get(LABEL_HUMAN) == "990015"]
     finally:
         shutil.rmtree(gate, ignore_errors=True)
+

@@ -61,9 +61,12 @@ AuthorizedKeysFile {SSH_DIR}/keys/%u
 StrictModes yes
 PermitUserEnvironment no
 PermitUserRC no
-DisableForwarding yes
 AllowAgentForwarding no
-AllowTcpForwarding no
+# Local forwarding to the container's own loopback only (VS Code Remote-SSH talks to its server
+# that way); the container has no other network, and nothing may listen for the expert's side.
+AllowTcpForwarding local
+PermitOpen localhost:* 127.0.0.1:*
+PermitListen none
 AllowStreamLocalForwarding no
 X11Forwarding no
 PermitTunnel no
