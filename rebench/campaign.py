@@ -153,7 +153,7 @@ def recover_orphans(store: Store) -> int:
     with store.session() as session:
         for attempt in session.scalars(select(Attempt).where(Attempt.status == AttemptStatus.RUNNING,
                                                              Attempt.id.not_in(humans))):
-            if attempt.pid is not None and _pid_alive(attempt.pid) and attempt.pid != os.getpid():
+            if attempt.pid is not None and pid_alive(attempt.pid) and attempt.pid != os.getpid():
                 continue
             attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.INFRASTRUCTURE
             attempt.error_message = "the harness process died while the attempt was running"
@@ -161,14 +161,21 @@ def recover_orphans(store: Store) -> int:
     return fixed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process of this machine with that id runs (a zombie does not)."""
+    if pid is None:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie child of ours (the `start` that spawned it) is dead
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
 
 
 class CampaignRunner:

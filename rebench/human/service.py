@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.budget import parse_duration
+from rebench.campaign import pid_alive
 from rebench.errors import RebenchError
 from rebench.human.clock import restore_clock
 from rebench.human.supervisor import log_path, supervise
@@ -178,25 +179,9 @@ def spawn_supervisor(store: Store, attempt_id: int, *, resume: bool = False) -> 
     return proc.pid
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours (the `start` that spawned it) is dead
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
-
-
 def supervisor_alive(human: HumanSession) -> bool:
     """Its process runs here and its heartbeat is fresh (a reused pid has no heartbeat)."""
-    if human.supervisor_host not in (None, socket.gethostname()) or not _pid_alive(human.supervisor_pid):
+    if human.supervisor_host not in (None, socket.gethostname()) or not pid_alive(human.supervisor_pid):
         return False
     beat = human.heartbeat_at
     if beat is None:
@@ -226,7 +211,7 @@ def wait_ready(store: Store, attempt_id: int, key: Path | None, *, timeout_s: fl
                 return HumanStart(attempt_id=attempt_id, host=host, port=human.port, key=_private(key),
                                   log=str(log_path(store, attempt_id)))
             failed = attempt.status in FINISHED_STATUSES or human.state == HumanState.ENDED
-            dead = not _pid_alive(human.supervisor_pid)
+            dead = not pid_alive(human.supervisor_pid)
         if failed or dead or time.monotonic() > deadline:
             reason = attempt.error_message or (f"did not become ready within {timeout_s:.0f} s" if not dead
                                                else "its supervisor exited")
@@ -246,7 +231,7 @@ def _abandon(store: Store, attempt_id: int, reason: str) -> None:
     from rebench.store.models import ErrorSource
 
     _, human = _human(store, attempt_id)
-    if human.supervisor_pid and _pid_alive(human.supervisor_pid):
+    if human.supervisor_pid and pid_alive(human.supervisor_pid):
         with contextlib.suppress(OSError):
             os.kill(human.supervisor_pid, signal.SIGKILL)
     if human.container_id:
