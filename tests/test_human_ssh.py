@@ -195,13 +195,30 @@ def test_dead_supervisor_attach_then_stop(human: Human) -> None:
     assert seqs == sorted(set(seqs))  # the resumed log numbers on
 
 
-def test_stop_with_a_dead_supervisor_reattaches_and_ends(human: Human) -> None:
-    human.start("10m")
+def test_ctrl_c_detaches_a_foreground_supervisor_and_stop_ends_the_attempt(human: Human) -> None:
+    """The operator's Ctrl-C (or closed terminal) leaves the attempt running; `stop` with no live
+    supervisor reattaches by itself and ends it."""
+    foreground = subprocess.Popen(
+        [sys.executable, "-m", "rebench.cli.app", "human", "start", "--env", "counter", "--profile", "tiny",
+         "--budget", "10m", "--name", "Ada Lovelace", "--key", f"{human.key}.pub", "--foreground",
+         "--db", str(human.db)],
+        env={**os.environ, "REBENCH_ENVIRONMENTS": str(human.envs), "COLUMNS": "300"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert foreground.stdout is not None
+    shown = ""
+    while "ssh -i" not in shown:
+        line = foreground.stdout.readline()
+        assert line, f"the foreground supervisor ended early: {foreground.stderr.read() if foreground.stderr else ''}"
+        shown += line
+    (human.attempt_id, human.port, pid, container), = human.rows(
+        "select attempt_id, port, supervisor_pid, container_id from human_sessions")
+    assert pid == foreground.pid
     assert human.ssh("task start").returncode == 0
     assert human.ssh("cd solution && echo 4 > value.txt && task score && sleep 1").returncode == 0
-    (pid, container), = human.rows("select supervisor_pid, container_id from human_sessions")
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(1)
+    foreground.send_signal(signal.SIGINT)
+    _, err = foreground.communicate(timeout=30)
+    assert foreground.returncode == 0 and f"rebench human attach {human.attempt_id}" in err
+    assert human.status() == "running" and _container_running(container)
     stopped = human.cli("human", "stop", str(human.attempt_id))
     assert stopped.returncode == 0, stopped.stderr
     assert human.status() == "done" and not _container_running(container)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -270,6 +271,7 @@ def start_human(store: Store, *, environment: str, profile: str, budget: str, na
             address = session.get_one(HumanSession, attempt_id).bind
         ready.append(HumanStart(attempt_id=attempt_id, host=address, port=bound, key=_private(key),
                                 log="(this terminal)"))
+        _detach_on_signals(attempt_id)
         if on_ready is not None:
             on_ready(ready[-1])
 
@@ -277,6 +279,23 @@ def start_human(store: Store, *, environment: str, profile: str, budget: str, na
     if not ready:
         raise RebenchError(f"human attempt {attempt_id} failed to start: {_one_line(outcome.error_message or '')}")
     return ready[-1]
+
+
+def _detach_on_signals(attempt_id: int) -> None:
+    """Once the expert can connect, Ctrl-C, a closed terminal or SIGTERM leave a foreground
+    supervisor without ending the attempt: the container keeps the expert's sessions and work,
+    and `attach` or `stop` takes over (the time without a supervisor does not count). Only
+    `rebench human stop` ends a human attempt."""
+
+    def detach(signum: int, _frame: object) -> None:
+        with contextlib.suppress(Exception):
+            print(f"detached from human attempt {attempt_id} ({signal.Signals(signum).name}); it keeps running: "
+                  f"`rebench human attach {attempt_id}` supervises it again, `rebench human stop {attempt_id}` "
+                  "ends it", file=sys.stderr, flush=True)
+        os._exit(0)  # as if this process had died: no runner clean-up may remove the container
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, detach)
 
 
 def _human(store: Store, attempt_id: int) -> tuple[Attempt, HumanSession]:
