@@ -116,8 +116,12 @@ def test_expert_works_scores_pauses_and_submits(human: Human, tmp_path: Path) ->
     scored = human.ssh("task score")
     assert scored.returncode == 0 and '"score": 9.0' in scored.stdout, scored.stdout + scored.stderr
     assert human.ssh("task pause coffee").returncode == 0
-    time.sleep(2)
-    assert human.ssh("task resume").returncode == 0
+    # work done during a break is not hidden: the container's CPU time in it is reported
+    busy = human.ssh("timeout 1.5 sh -c 'while :; do :; done'; true")
+    assert busy.returncode == 0, busy.stderr
+    time.sleep(0.5)
+    resumed = human.ssh("task resume")
+    assert resumed.returncode == 0 and "CPU-seconds during the break" in resumed.stdout, resumed.stdout
     status = human.ssh("task status")
     assert "state: working" in status.stdout and "scores: 1" in status.stdout
     submitted = human.ssh("task submit")
@@ -139,6 +143,9 @@ def test_expert_works_scores_pauses_and_submits(human: Human, tmp_path: Path) ->
     assert recordings and all(path.is_file() for path in recordings)
     everything = "".join(path.read_text(errors="replace") for path in recordings)
     assert "9.0" in everything and "state: working" in everything  # the commands' output is recorded
+    notes = [json.loads(d) for (d,) in human.rows("select data from events where kind = 'note'")]
+    break_cpu = [n["data"]["break_cpu_s"] for n in notes if "break_cpu_s" in n.get("data", {})]
+    assert len(break_cpu) == 1 and break_cpu[0] >= 0.5, notes
     tasks = [json.loads(d)["command"] for (d,) in human.rows("select data from events where kind = 'task'")]
     assert tasks == ["score", "start", "score", "pause", "resume", "status", "submit"]
     assert not _container_running(str(human.rows("select container_id from human_sessions")[0][0]))

@@ -49,6 +49,8 @@ class TaskCommands:
             interval = ctx.clock.pause(WAITING)
             self.pauses = {WAITING: (interval, ctx.recorder.pause_started(interval))}
         self.submitted = False
+        self.break_cpu: float | None = None
+        """The container's CPU seconds when the current break began (None: not known)."""
 
     @property
     def started(self) -> bool:
@@ -122,14 +124,34 @@ class TaskCommands:
             return REFUSED, "already on a break; `task resume` ends it"
         if not " ".join(args).strip():
             return USAGE, "say why: `task pause REASON`"
+        self.break_cpu = await self._cpu_seconds()
         self._open(BREAK)
-        return 0, f"break started, the clock is paused; `task resume` when you are back. {self._time_line()}"
+        return 0, (f"break started, the clock is paused; `task resume` when you are back. {self._time_line()}. "
+                   "What runs in the container meanwhile is measured and reported with the attempt.")
 
     async def _resume(self, args: list[str]) -> tuple[int, str]:
         if not self.on_break:
             return REFUSED, "not on a break"
+        used = await self._end_break()
+        spent = "" if used is None else f" The container used {used:.1f} CPU-seconds during the break."
+        return 0, f"break ended, the clock runs. {self._time_line()}.{spent}"
+
+    async def _cpu_seconds(self) -> float | None:
+        measure = getattr(self.ctx.sandbox, "cpu_seconds", None)  # the Docker sandbox's engine accounting
+        return await measure() if measure is not None else None
+
+    async def _end_break(self) -> float | None:
+        """Close the break and record what the container computed during it: a break stops the clock
+        on the expert's word, so the compute it hid is kept for whoever checks the attempt."""
+        began, self.break_cpu = self.break_cpu, None
         self._close(BREAK)
-        return 0, f"break ended, the clock runs. {self._time_line()}"
+        now = await self._cpu_seconds() if began is not None else None
+        if began is None or now is None:
+            return None
+        used = max(0.0, now - began)
+        self.ctx.recorder.event("note", message=f"the container used {used:.1f} CPU-seconds during a break",
+                                data={"break_cpu_s": round(used, 3)})
+        return used
 
     async def _status(self, args: list[str]) -> tuple[int, str]:
         lines = [f"state: {self.state.value}", self._time_line()]
@@ -157,7 +179,7 @@ class TaskCommands:
 
     async def _submit(self, args: list[str]) -> tuple[int, str]:
         if self.on_break:
-            self._close(BREAK)
+            await self._end_break()
         self.submitted = True
         self.ctx.answer = " ".join(args) or None
         self.ctx.recorder.event("submit", answer=self.ctx.answer)

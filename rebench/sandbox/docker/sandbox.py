@@ -387,6 +387,18 @@ class DockerSandbox:
         reply = await asyncio.wait_for(self._require_channel().request({"op": "kill_user", "user": "agent"}), 30)
         return int(reply.get("killed") or 0)
 
+    async def cpu_seconds(self) -> float | None:
+        """CPU time used so far by everything in the container, from the engine's accounting
+        (outside the expert's reach); None when the engine does not say."""
+        if self.container_id is None:
+            return None
+        try:
+            stats = await asyncio.to_thread(self.engine.client.api.stats, self.container_id, stream=False,
+                                            one_shot=True)
+            return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+        except (docker.errors.DockerException, KeyError, TypeError, ValueError):
+            return None
+
     async def alive(self) -> bool:
         if self._channel is None or not self._channel.is_open or self._container is None:
             return False
