@@ -47,7 +47,16 @@ from rebench.scoring.rescore import (
 )
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus, ErrorSource, LimitReason, ScoreEvent, ScoreKind
+from rebench.store.models import (
+    Attempt,
+    AttemptStatus,
+    ErrorSource,
+    Event,
+    EventKind,
+    LimitReason,
+    ScoreEvent,
+    ScoreKind,
+)
 
 WATCHDOG_TICK_S = 0.05
 CANCEL_GRACE_S = 10.0
@@ -132,6 +141,22 @@ class AttemptRunner:
             base = self.snapshots_dir / f"attempt-{attempt_id}.{number}"
         return base
 
+    def _restore_snapshots(self, attempt_id: int, fresh: Path, score_snapshots: ScoreSnapshots | None) -> Path:
+        """A resumed attempt keeps its snapshot folder and the snapshots taken at its score calls so far
+        (they are candidates for re-scoring); `fresh` when it took none."""
+        with self.store.session() as session:
+            events = [e.data for e in session.scalars(select(Event).where(
+                Event.attempt_id == attempt_id, Event.kind == EventKind.SNAPSHOT).order_by(Event.seq))
+                if e.data.get("score_id") is not None and e.data.get("path")]
+            raws = {e.id: e.raw for e in session.scalars(select(ScoreEvent).where(
+                ScoreEvent.attempt_id == attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE))}
+        if not events:
+            return fresh
+        if score_snapshots is not None:
+            score_snapshots.restore(events, raws)
+            score_snapshots.root = Path(str(events[0]["path"])).parent
+        return Path(str(events[0]["path"])).parent
+
     def rule_of(self, profile: Profile) -> FinalRule:
         return self.final_rule or profile.final_score
 
@@ -164,6 +189,8 @@ class AttemptRunner:
         snapshot_base = self._snapshot_base(attempt_id)
         score_snapshots = (ScoreSnapshots(snapshot_base, snapshot_budget)
                            if rescoring and profile.rescore.snapshot_each_score else None)
+        if hooks.reattach is not None:
+            snapshot_base = self._restore_snapshots(attempt_id, snapshot_base, score_snapshots)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
         if hooks.reattach is None:

@@ -175,3 +175,47 @@ def test_clock_survives_the_process(tmp_path: Path) -> None:
 def _pause_rows(store: Store) -> list[tuple[str, float, float | None]]:
     with store.session() as session:
         return [(p.reason, p.start_s, p.end_s) for p in session.scalars(select(Pause).order_by(Pause.id))]
+
+
+def test_a_resumed_attempt_keeps_its_score_snapshots_for_rescoring(fixture_envs: Path, tmp_path: Path) -> None:
+    """A supervisor that reattaches (rebench human attach) carries on from the snapshots the dead one
+    took at score calls: same folder, numbering and dedupe go on, and they stay candidates for
+    re-scoring, instead of a fresh `attempt-N.2` folder that forgets them."""
+    from rebench.clock import AttemptClock
+    from rebench.context import AttemptRecorder
+    from rebench.sandbox.snapshot import SnapshotBudget
+    from rebench.scoring.rescore import ScoreSnapshots
+    from rebench.scoring.result import ScoreResult
+    from rebench.store.models import ScoreKind
+
+    store = Store(tmp_path / "human.db")
+    attempt_id = _plan(store)
+    snapshots = tmp_path / "snapshots"
+    base = snapshots / f"attempt-{attempt_id}"
+    recorder = AttemptRecorder(store, attempt_id, AttemptClock())
+    for number, (raw, digest) in enumerate([(3.0, "aa"), (8.0, "bb"), (8.0, "bb")], start=1):
+        score_id = recorder.score(ScoreResult(raw=raw, message={"score": raw}), ScoreKind.INTERMEDIATE)
+        path = base / f"score-{number:03d}"
+        if number < 3:
+            path.mkdir(parents=True)
+            recorder.event("snapshot", path=str(path), note="kept", score_id=score_id, sha256=digest,
+                           files=1, bytes=10)
+        else:
+            recorder.event("snapshot", path=str(base / "score-002"), note="same content, kept once",
+                           score_id=score_id, sha256=digest)
+    recorder.close()
+
+    env = EnvironmentRegistry(fixture_envs).get("counter")
+    runner = AttemptRunner(store, env, backend="local", snapshots_dir=snapshots)
+    fresh = runner._snapshot_base(attempt_id)
+    assert fresh.name == f"attempt-{attempt_id}.2"  # what a resumed run used to get
+    restored = ScoreSnapshots(fresh, SnapshotBudget(1000, 100))
+    assert runner._restore_snapshots(attempt_id, fresh, restored) == base
+    assert restored.root == base
+    assert [(s.path, s.raw, s.duplicate_of) for s in restored.taken] == [
+        (str(base / "score-001"), 3.0, None), (str(base / "score-002"), 8.0, None),
+        (str(base / "score-002"), 8.0, str(base / "score-002"))]
+    assert (restored.budget.used_bytes, restored.budget.used_files) == (20, 2)
+    nothing = ScoreSnapshots(fresh, SnapshotBudget(1000, 100))
+    assert runner._restore_snapshots(_plan(store), fresh, nothing) == fresh and nothing.taken == []
+    store.close()

@@ -31,7 +31,7 @@ import shutil
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -95,6 +95,24 @@ class ScoreSnapshots:
         self.budget = budget
         self.taken: list[ScoreSnapshot] = []
         self._by_digest: dict[str, str] = {}
+
+    def restore(self, events: list[dict[str, Any]], raws: dict[int, float | None]) -> None:
+        """Carry on from the snapshots an earlier harness process took for this attempt (a resumed
+        human attempt): `events` are their `snapshot` events' payloads (those with a score id), in
+        order; `raws` the raw score of each score event. Numbering, dedupe and the budget go on."""
+        for data in events:
+            score_id, path = data.get("score_id"), data.get("path")
+            if score_id is None or not path:
+                continue
+            digest: str | None = data.get("sha256")
+            earlier = self._by_digest.get(digest) if digest is not None else None
+            self.taken.append(ScoreSnapshot(path=str(path), sha256=digest, score_id=int(score_id),
+                                            raw=raws.get(int(score_id)), duplicate_of=earlier))
+            if digest is not None and earlier is None:
+                self._by_digest[digest] = str(path)
+            if earlier is None:
+                self.budget.used_bytes += int(data.get("bytes") or 0)
+                self.budget.used_files += int(data.get("files") or 0)
 
     async def take(self, sandbox: Sandbox) -> tuple[ScoreSnapshot, SnapshotReport]:
         target = self.root / f"score-{len(self.taken) + 1:03d}"
