@@ -131,6 +131,19 @@ def test_commands_and_a_pty_session_run_as_the_agent_and_are_recorded_by_root(ha
     assert probe.exit_code != 0 and probe.stderr.count("Permission denied") == 3, probe.stderr
 
 
+def test_the_expert_cannot_reach_the_recorded_terminal_past_the_recorder(harness: Harness) -> None:
+    """sshd gives the session's outer terminal to the agent's uid; a program of the expert's that
+    opened it could type and print past the recording. The recorder takes it over (root's, 0600),
+    and the forced-command wrapper keeps no copy and cannot be traced or have its fds opened."""
+    probe = ("find /dev/pts -user agent | sed 's/^/owned:/'; "
+             "for p in $(pgrep -u agent -f session.py); do ls /proc/$p/fd >/dev/null 2>&1 && echo fds:$p; "
+             "readlink /proc/$p/fd/* 2>/dev/null | grep -q pts && echo tty:$p; done; exit 0\n")
+    shell = harness.ssh("", tty=True, stdin=probe)
+    assert shell.returncode == 0, shell.stderr
+    assert "owned:/dev/pts" not in shell.stdout and "fds:" not in shell.stdout.replace("echo fds:", "")
+    assert "tty:" not in shell.stdout.replace("echo tty:", "")
+
+
 def test_scp_copies_files_in_and_out(harness: Harness, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("payload-1\n" * 1000)

@@ -315,8 +315,9 @@ class Session:
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                with contextlib.suppress(ValueError, TypeError, OSError):
-                    rows, cols = json.loads(line)["winch"]
+                with contextlib.suppress(ValueError, TypeError, OSError, KeyError):
+                    json.loads(line)["winch"]  # the wrapper saw SIGWINCH; the size is read here, from the terminal
+                    rows, cols = struct.unpack("HHHH", fcntl.ioctl(self.fds[0], termios.TIOCGWINSZ, b"\0" * 8))[:2]
                     if self.master is not None:
                         fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
@@ -349,6 +350,11 @@ class Session:
         with contextlib.suppress(termios.error):
             saved = termios.tcgetattr(outer_in)
             tty.setraw(outer_in, termios.TCSANOW)  # the inner pty edits and echoes; keep typed-ahead input
+        with contextlib.suppress(OSError):
+            # sshd made the outer terminal the agent's: a program of the expert's could open it and read
+            # keystrokes or write output past this recorder. Only root may open it now.
+            os.fchown(outer_in, 0, 0)
+            os.fchmod(outer_in, 0o600)
         try:
             self.proc = self._spawn(stdin=slave, stdout=slave, stderr=slave)
             os.close(slave)

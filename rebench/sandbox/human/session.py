@@ -11,6 +11,7 @@ that the recording is made by a process the agent does not control.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -33,6 +34,8 @@ def _size(fd: int) -> tuple[int, int]:
 
 
 def main() -> int:
+    with contextlib.suppress(OSError, AttributeError):  # not dumpable: the expert's uid cannot trace this process
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     is_tty = os.isatty(0)
     if is_tty:  # raw at once: the session's own pty (in the gate) echoes and edits, not this one
         with contextlib.suppress(termios.error):
@@ -47,8 +50,9 @@ def main() -> int:
         print(f"rebench: the session recorder does not answer ({exc}); no session without it", file=sys.stderr)
         return 255
     socket.send_fds(sock, [json.dumps(header).encode() + b"\n"], [0, 1, 2])
-    terminal = os.dup(0) if is_tty else -1
-    # From now on only the gate holds the session's streams: its end is the session's end.
+    # From now on only the gate holds the session's streams (the terminal too: it reads the window
+    # size itself), so no program of the expert's can reach them through this process; its end is
+    # the session's end.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -56,7 +60,7 @@ def main() -> int:
     if is_tty:
         def resized(*_: object) -> None:
             with contextlib.suppress(OSError):
-                sock.sendall(json.dumps({"winch": list(_size(terminal))}).encode() + b"\n")
+                sock.sendall(b'{"winch": true}\n')
 
         signal.signal(signal.SIGWINCH, resized)
     buf = b""
