@@ -31,8 +31,8 @@ import pytest
 
 from rebench.errors import SandboxDied, SandboxStartError
 from rebench.sandbox.base import SandboxSpec
+from rebench.sandbox.cast import load_cast
 from rebench.sandbox.docker import LABEL_HUMAN, DockerSandbox
-from rebench.sandbox.docker.cast import load_cast
 from rebench.sandbox.docker.ssh import SshRelay, close_ssh, open_ssh, read_sessions, recordings
 from rebench.sandbox.docker.tasks import TaskReply, TaskRequest
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rebench.errors import RebenchError
-from rebench.sandbox.docker.cast import load_cast, play_cast
+from rebench.sandbox.cast import load_cast, play_cast
 from rebench.sandbox.docker.ssh import check_public_key, key_fingerprint
 
 

@@ -66,7 +66,7 @@ def replay_command(
 ) -> None:
     """List a human attempt's SSH sessions, or play one session's terminal recording."""
     from rebench.human_audit import human_attempt, session_lines, ssh_sessions
-    from rebench.sandbox.docker.cast import play_cast
+    from rebench.sandbox.cast import play_cast
 
     if not speed > 0:
         raise RebenchError(f"invalid --speed {speed}: must be above 0 (2 plays twice as fast)")

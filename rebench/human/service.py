@@ -146,6 +146,10 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
     expert = " ".join(name.split())
     if not expert:
         raise RebenchError("invalid --name '': give the expert's name")
+    if backend == "docker":
+        from rebench.sandbox.factory import load_backend
+
+        load_backend("docker")  # without the docker extra: one line saying so, before the key is checked with it
     public_key = _read_key(key)
     address = _check_bind(bind)
     _check_port(address, port)
