@@ -89,6 +89,36 @@ class Asset(_Strict):
     description: str = ""
 
 
+class Gateway(_Strict):
+    """A language model that code in the sandbox (the agent's, and the scorer's) may call through
+    the harness's metered gateway (rebench.gateway): OpenAI-compatible, one fixed model, no
+    provider key in the sandbox, every request metered and the credit enforced (HTTP 429 past it).
+    `rebench run --env-param credit=USD` overrides `credit_usd` for a run."""
+
+    model: str = Field(min_length=1)
+    """The only model name requests may ask for (RE-Bench's Rust task: gpt-3.5-turbo-0125)."""
+    upstream: str = Field(pattern=r"^(openai|anthropic|openai-compatible|local)/.+$")
+    """Where requests go: `openai/MODEL`, `anthropic/MODEL` (the providers in rebench.models),
+    `openai-compatible/NAME` (with `base_url`) or `local/NAME` (the environment's own model)."""
+    base_url: str | None = None
+    local_model: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+\.py$")
+    """For `local/...`: a file in the environment folder defining `load(assets: Path) -> LocalModel`
+    (rebench.gateway), run in the harness's process on the profile's built assets."""
+    credit_usd: float | None = Field(None, ge=0)
+    """What the agent's code may spend; None: unlimited."""
+    scorer_credit_usd: float | None = Field(None, ge=0)
+    """The scorer's own meter (its calls do not spend the agent's credit); None: unlimited."""
+    price_input_per_mtok: float | None = Field(None, ge=0)
+    """Notional USD per million input tokens for a local model, so a credit means something on `tiny`;
+    providers' models are priced from rebench/models/prices.toml."""
+    price_output_per_mtok: float | None = Field(None, ge=0)
+    concurrency: int = Field(8, ge=1, le=256)
+    """Requests of one meter in flight at once; more wait."""
+    timeout_s: float = Field(120, gt=0)
+    max_tokens: int = Field(2048, ge=1)
+    """Cap on one request's output tokens."""
+
+
 class Profile(_Strict):
     """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
 
@@ -108,6 +138,8 @@ class Profile(_Strict):
     snapshot: SnapshotCap = SnapshotCap()
     assets: list[Asset] = Field(default_factory=list)
     """What the operator must provide to build this profile (see Asset)."""
+    gateway: Gateway | None = None
+    """A model the sandbox may call through the metered gateway (see Gateway); None: no model."""
 
     @field_validator("assets")
     @classmethod

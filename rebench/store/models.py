@@ -307,6 +307,26 @@ class PauseCorrection(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class GatewayRequest(Base):
+    """One request through an attempt's model gateway (rebench.gateway), refused ones included:
+    which meter paid (the agent's code, or the scorer), tokens, cost, latency and the HTTP status."""
+
+    __tablename__ = "gateway_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    meter: Mapped[str] = mapped_column(String(16))  # agent | scorer
+    model: Mapped[str] = mapped_column(String(128))
+    endpoint: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Calibration(Base):
     """Anchors measured on one machine: timing scores only mean something per hardware."""
 
