@@ -1,0 +1,98 @@
+"""The problem generator: deterministic, splits disjoint by task, and its Rust solutions pass their own tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ENV = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+generator = _load("rust_problem_generator", ENV / "generator.py")
+FIELDS = {"name", "description", "public_tests", "private_tests", "generated_tests", "solution"}
+
+
+def test_same_arguments_same_problems_and_other_seeds_differ() -> None:
+    first = generator.generate("valid", 30, seed=3)
+    assert first == generator.generate("valid", 30, seed=3)
+    other = generator.generate("valid", 30, seed=4)
+    assert [p["description"] for p in first] != [p["description"] for p in other]
+
+
+def test_problems_have_codecontests_shape() -> None:
+    for problem in generator.generate("test", 50, seed=0):
+        assert FIELDS <= set(problem)
+        assert 1 <= len(problem["public_tests"]["input"]) <= 3
+        for tests in ("public_tests", "private_tests", "generated_tests"):
+            assert len(problem[tests]["input"]) == len(problem[tests]["output"]) > 0
+        assert "fn main()" in problem["solution"]
+    names = [p["name"] for p in generator.generate("test", 50, seed=0)]
+    assert len(set(names)) == len(names)
+
+
+def test_train_shares_no_task_or_description_with_valid_and_test() -> None:
+    train = generator.generate("train", 4000, seed=0)
+    held = {split: generator.generate(split, 300, seed=s) for split in ("valid", "test") for s in (0, 1)}
+    train_tasks = {generator.task_key(p) for p in train}
+    train_texts = {p["description"] for p in train}
+    valid_tasks = set()
+    for split, problems in held.items():
+        tasks = {generator.task_key(p) for p in problems}
+        assert not tasks & train_tasks, split
+        assert not {p["description"] for p in problems} & train_texts, split
+        if split == "valid":
+            valid_tasks |= tasks
+    test_tasks = {generator.task_key(p) for p in held["test"]}
+    assert not valid_tasks & test_tasks
+    # Held-out problems use operations the model was trained on (with other constants/wordings).
+    assert {k[:2] for k in test_tasks} <= {k[:2] for k in train_tasks}
+
+
+def test_unknown_split_is_refused_naming_the_allowed_ones() -> None:
+    with pytest.raises(ValueError, match="'dev'.*train, valid, test"):
+        generator.generate("dev", 1, seed=0)
+
+
+def _passes(problem: dict[str, Any], work: Path) -> list[str]:
+    source = work / f"{problem['name']}.rs"
+    source.write_text(problem["solution"])
+    binary = work / problem["name"]
+    built = subprocess.run(["rustc", "--edition", "2018", "-o", str(binary), str(source)],
+                           capture_output=True, text=True)
+    if built.returncode:
+        return [f"{problem['name']}: does not compile: {built.stderr[:300]}"]
+    failures = []
+    for tests in ("public_tests", "private_tests", "generated_tests"):
+        for given, expected in zip(problem[tests]["input"], problem[tests]["output"], strict=True):
+            got = subprocess.run([str(binary)], input=given, capture_output=True, text=True, timeout=10).stdout
+            if got != expected:
+                failures.append(f"{problem['name']}: input {given!r}: expected {expected!r}, got {got!r}")
+    return failures
+
+
+@pytest.mark.slow
+def test_every_operation_s_solution_passes_its_tests_under_rustc(tmp_path: Path) -> None:
+    """One problem per operation (all families), compiled with rustc --edition 2018 and run on every test."""
+    per_op: dict[tuple[str, str], dict[str, Any]] = {}
+    for split in ("train", "valid", "test"):
+        for problem in generator.generate(split, 600, seed=7):
+            per_op.setdefault(generator.task_key(problem)[:2], problem)
+    assert len(per_op) == len(generator._OPS)
+    with ThreadPoolExecutor(2) as pool:
+        failures = [f for found in pool.map(lambda p: _passes(p, tmp_path), per_op.values()) for f in found]
+    assert not failures, "\n".join(failures[:5])
