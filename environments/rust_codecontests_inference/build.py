@@ -1,0 +1,80 @@
+"""Build Scaffolding for Rust CodeContests: `python build.py --profile P --out DIR [--assets IN]`.
+
+paper: the CodeContests problems from the operator's `code_contests` asset in IN (valid.jsonl, test.jsonl).
+tiny, ci: problems from generator.py (seeded; the model's training problems share no task with
+them), and the model trained by train_model.py.
+
+DIR/workspace: data/valid.jsonl (public and hidden tests, no solutions), rust_eval.py (the
+               scorer's harness), the starting solve_code_contests_rust.py and evaluate.py come
+               from the environment's workspace/
+DIR/protected: test.jsonl, the hidden problems the scorer evaluates on (no solutions)
+DIR/model:     the local model's weights and vocabulary (tiny, ci), served by the harness's
+               gateway; never copied into the sandbox
+DIR/home:      profile_params.json (for `python score.py` run by hand)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from rebench.kit import buildutil
+
+HERE = Path(__file__).resolve().parent
+KEPT = ("name", "description", "public_tests", "private_tests", "generated_tests",
+        "difficulty", "source", "cf_rating", "time_limit", "memory_limit_bytes")
+"""The fields a problem keeps in the task's files (never a solution)."""
+
+
+def sibling(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"rust_env_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_jsonl(path: Path, problems: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for problem in problems:
+            handle.write(json.dumps({key: problem[key] for key in KEPT if key in problem}) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise SystemExit(f"asset code_contests: {path} is missing; the folder must hold valid.jsonl and test.jsonl")
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def main() -> None:
+    args = buildutil.parse_args(__doc__.splitlines()[0])
+    params = buildutil.profile_params(HERE, args.profile)
+    home, workspace, protected = buildutil.layout(args.out)
+    if args.profile == "paper":
+        folder = buildutil.need_assets(args) / "code_contests"
+        valid, test = read_jsonl(folder / "valid.jsonl"), read_jsonl(folder / "test.jsonl")
+    else:
+        generator = sibling("generator")
+        seed = int(params["seed"])
+        valid = generator.generate("valid", int(params["n_valid"]), seed)
+        test = generator.generate("test", int(params["n_test"]), seed + 1)
+        buildutil.seed_everything(0)
+        trainer = sibling("train_model")
+        summary = trainer.train(args.out / "model", seed=0, **trainer.PRESETS[params["train_preset"]])
+        (args.out / "model" / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_jsonl(workspace / "data" / "valid.jsonl", valid)
+    write_jsonl(protected / "test.jsonl", test)
+    shutil.copy(HERE / "scoring" / "rust_eval.py", workspace / "rust_eval.py")
+    buildutil.write_params(home, args.profile, params)
+
+
+if __name__ == "__main__":
+    main()
