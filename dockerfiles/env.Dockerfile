@@ -1,5 +1,5 @@
-# One environment, one profile: the base plus the environment's Python
-# requirements (from a local wheelhouse first, then the index) and its files and
+# One environment, one profile: the base plus the environment's Debian packages
+# (system-packages.txt: rustc, say; empty for most), its Python requirements (from a local wheelhouse first, then the index) and its files and
 # built assets under /opt/rebench/env, closed to the agent (the harness copies
 # them into place when an attempt starts).
 ARG BASE_IMAGE
@@ -8,6 +8,15 @@ ARG ENVIRONMENT
 ARG PROFILE
 ARG CONTENT_HASH
 ARG PIP_OFFLINE=
+COPY system-packages.txt /tmp/rebench-system-packages.txt
+RUN set -eu; \
+    packages=$(sed -e 's/#.*//' /tmp/rebench-system-packages.txt | tr -s ' \n' ' '); \
+    if [ -n "${packages# }" ]; then \
+        apt-get update; \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $packages; \
+        rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    rm -f /tmp/rebench-system-packages.txt
 COPY wheels/ /tmp/rebench-wheels/
 COPY requirements.txt /tmp/rebench-requirements.txt
 RUN set -eu; \

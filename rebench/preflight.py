@@ -96,6 +96,23 @@ def _check_local_torch(env: Environment, profile: str) -> None:
                            "(torch.cuda.is_available() is False); check the NVIDIA driver")
 
 
+def system_packages(env: Environment) -> list[str]:
+    """The Debian packages of the environment's system-packages.txt (the Docker image installs them)."""
+    path = env.part("system-packages.txt")
+    if path is None:
+        return []
+    return [name for line in path.read_text(encoding="utf-8").splitlines() for name in line.split("#")[0].split()]
+
+
+def _check_local_system_packages(env: Environment, profile: str) -> None:
+    """The local backend runs the environment's code on this host: each package of
+    system-packages.txt must have put its command (the package's name) on PATH."""
+    for package in system_packages(env):
+        if shutil.which(package) is None:
+            raise RebenchError(f"{env.name} ({profile}) needs `{package}` on this machine for the local backend: "
+                               f"install it (`apt-get install -y {package}`) or use --backend docker")
+
+
 def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[int] | None = None,
           assets: Mapping[str, Path] | None = None, backend: str | None = None) -> None:
     """Raise RebenchError (one line) when this machine cannot `purpose` the profile.
@@ -112,6 +129,8 @@ def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[in
         _check_gpus(env, profile, purpose, gpus)
         if backend == "local" and env.profile(profile).resources.gpus:
             _check_local_torch(env, profile)
+        if backend == "local":
+            _check_local_system_packages(env, profile)
     if not env.profile(profile).assets or built_assets(env, profile) is not None:
         return
     if purpose == "build":

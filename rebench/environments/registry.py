@@ -21,6 +21,8 @@ Folder layout (every part but the metadata and scoring is optional):
     requirements.txt     Python requirements of the environment's code
     requirements-P.txt   the requirements of profile P, where they differ (read instead of
                          requirements.txt, which is the fallback)
+    system-packages.txt  Debian packages the Docker image installs with apt (e.g. rustc);
+                         the local backend's preflight checks the host has what it needs
     tests/               the environment's own tests
 """
 

@@ -135,6 +135,14 @@ def _requirements(env: Environment, profile: str) -> bytes:
     return path.read_bytes() if path else b""
 
 
+def _system_packages(env: Environment) -> bytes:
+    """The environment's Debian packages (system-packages.txt, one or more per line, `#` comments),
+    installed with apt from the base image's sources over the build's host network; empty when
+    it has none. The file is part of the environment's content hash, so changing it rebuilds."""
+    path = env.part("system-packages.txt")
+    return path.read_bytes() if path else b""
+
+
 def _same_platform() -> bool:
     return (
         sys.platform == "linux"
@@ -260,6 +268,7 @@ def build_environment_image(
         context = Path(scratch)
         shutil.copy(_dockerfile("env.Dockerfile"), context / "Dockerfile")
         (context / "requirements.txt").write_bytes(_requirements(env, profile))
+        (context / "system-packages.txt").write_bytes(_system_packages(env))
         (context / "wheels").mkdir()
         _link_tree(wheels, context / "wheels")
         files = context / "env"
