@@ -1,0 +1,144 @@
+"""rust_codecontests_inference without a model: the shared evaluation harness (rust_eval.py)
+on real rustc compilations, the scorer's confinement of generated programs (no /protected, no
+network), the paper profile's operator asset and the local backend's rustc preflight, all on
+real files, processes and the real command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from rebench.environments.registry import EnvironmentRegistry
+from rebench.errors import RebenchError
+from rebench.scoring import score_helper
+
+from .conftest import REPO, run_cli
+
+ENV_DIR = REPO / "environments" / "rust_codecontests_inference"
+needs_rustc = pytest.mark.skipif(shutil.which("rustc") is None,
+                                 reason="rustc is not installed (apt-get install -y rustc)")
+
+
+def load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+rust_eval = load("rust_eval_under_test", ENV_DIR / "scoring" / "rust_eval.py")
+
+ECHO_SUM = """use std::io::Read;
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    let total: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum();
+    println!("{}", total);
+}
+"""
+
+
+def test_extract_rust_takes_rust_blocks_first_then_any_block_then_a_bare_program() -> None:
+    assert rust_eval.extract_rust("x\n```python\nprint(1)\n```\n```rust\nfn main() {}\n```") == ["fn main() {}\n"]
+    assert rust_eval.extract_rust("```\nfn main() {}\n```") == ["fn main() {}\n"]
+    assert rust_eval.extract_rust("fn main() { }") == ["fn main() { }\n"]
+    assert rust_eval.extract_rust("I cannot solve this.") == []
+
+
+def test_public_view_hides_hidden_tests_and_solutions() -> None:
+    problem = {"name": "p", "description": "d", "public_tests": {"input": ["1"], "output": ["1"]},
+               "private_tests": {"input": ["2"], "output": ["2"]}, "generated_tests": {"input": [], "output": []},
+               "solution": "fn main() {}"}
+    assert rust_eval.public_view(problem) == {"name": "p", "description": "d", "public_tests": problem["public_tests"]}
+    assert rust_eval.tests_of(problem) == [("1", "1"), ("2", "2")]
+
+
+@needs_rustc
+def test_harness_judges_right_wrong_broken_and_slow_programs() -> None:
+    tests = [("1 2\n", "3\n"), ("5 5 5\n", "15")]
+    assert rust_eval.check(ECHO_SUM, tests)
+    assert not rust_eval.check(ECHO_SUM, [("1 2\n", "4\n")])
+    broken = rust_eval.run_program("fn main() { let x: i32 = \"no\"; }", ["1\n"])
+    assert not broken["compiled"] and "compilation error" in broken["error"]
+    slow = rust_eval.run_program("fn main() { loop {} }", ["1\n", "2\n"], test_timeout_s=0.5)
+    assert slow["compiled"] and slow["runs"] == [{"status": "timeout", "stdout": ""}]  # stops at the first failure
+    assert not rust_eval.passes(slow, ["1", "2"])
+
+
+@needs_rustc
+def test_memory_limit_stops_a_program_that_allocates_too_much() -> None:
+    hog = "fn main() { let v = vec![0u8; 1 << 31]; println!(\"{}\", v[12345]); }"
+    result = rust_eval.run_program(hog, ["\n"], memory_bytes=256 << 20)
+    assert result["compiled"] and result["runs"][0]["status"] == "error"
+    assert rust_eval.run_program(hog, ["\n"], memory_bytes=None)["runs"][0]["status"] == "ok"
+
+
+@needs_rustc
+def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(tmp_path: Path) -> None:
+    """The scorer's compile-and-run child (run_worker.py behind the helper's confinement): a program
+    that reads the hidden split and one that connects to a listening TCP port both fail, while the
+    same programs succeed when run unconfined (so the failure is the confinement's doing)."""
+    protected = tmp_path / "protected"
+    protected.mkdir()
+    (protected / "test.jsonl").write_text("the hidden answers\n")
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    secret = protected / "test.jsonl"
+    reader = (f'fn main() {{ match std::fs::read_to_string("{secret}") {{ Ok(s) => println!("READ {{}}", s.trim()), '
+              'Err(_) => println!("DENIED") } }')
+    connector = (f'fn main() {{ match std::net::TcpStream::connect("127.0.0.1:{port}") {{ '
+                 'Ok(_) => println!("CONNECTED"), Err(_) => println!("REFUSED") } }')
+    score = load("rust_score_under_test", ENV_DIR / "scoring" / "score.py")
+    ctx: dict[str, Any] = {"workers": 2, "test_timeout_s": 2.0, "memory_mb": 512, "run_timeout_s": 60,
+                           "confine_command": score_helper.confine_command(str(protected))}
+    problems = [{"public_tests": {"input": ["\n"], "output": [""]}}] * 2
+    scratch = score.scratch_folder()
+    try:
+        results, facts = score.run(ctx, [reader, connector], problems)
+        assert facts["confined"] and "error" not in facts, facts
+        assert results[0]["runs"][0]["stdout"].strip() == "DENIED"
+        assert results[1]["runs"][0]["stdout"].strip() == "REFUSED"
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+        unconfined = [rust_eval.run_program(program, ["\n"]) for program in (reader, connector)]
+        assert unconfined[0]["runs"][0]["stdout"].strip() == "READ the hidden answers"
+        assert unconfined[1]["runs"][0]["stdout"].strip() == "CONNECTED"
+    finally:
+        listener.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_paper_build_without_the_problem_files_says_what_and_where(tmp_path: Path, isolated_cache: Path) -> None:
+    result = run_cli("envs", "build", "rust_codecontests_inference", "--profile", "paper", "--backend", "local",
+                     env={"REBENCH_ASSETS": str(tmp_path / "no-settings.toml")})
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "'code_contests'" in lines[0] and "taoroalin/code_contests_slim_json" in lines[0]
+    assert "--asset code_contests=PATH" in lines[0]
+    assert not list(isolated_cache.glob("assets/rust_codecontests_inference*"))
+
+
+def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rebench import preflight
+
+    env = EnvironmentRegistry().get("rust_codecontests_inference")
+    assert preflight.system_packages(env) == ["rustc"]
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without rustc
+    with pytest.raises(RebenchError, match=r"needs `rustc` .*`apt-get install -y rustc`"):
+        preflight.check(env, "tiny", "run", backend="local")
+    preflight.check(env, "tiny", "run", backend="docker")  # the image has it
+    (tmp_path / "rustc").write_text("#!/bin/sh\n")
+    (tmp_path / "rustc").chmod(0o755)
+    preflight.check(env, "tiny", "run", backend="local")
