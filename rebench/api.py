@@ -316,8 +316,9 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     """
     from rebench import preflight
     from rebench.calibration import resolve_anchors
-    from rebench.campaign import CampaignRunner, plan_campaign, recover_orphans
+    from rebench.campaign import CampaignRunner, apply_env_params, plan_campaign, recover_orphans
     from rebench.environments.registry import EnvironmentRegistry
+    from rebench.gateway import check_gateway
     from rebench.sandbox.local import LOCAL_WARNING
 
     warnings: list[str] = []
@@ -335,6 +336,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     _check_agent(spec.agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
     for env in envs:
+        apply_env_params(env, spec.profile, spec.env_params)
+        check_gateway(env.profile(spec.profile).gateway)
         preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend)
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)

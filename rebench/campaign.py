@@ -11,6 +11,7 @@ its sandbox, and the run ends with a one-line error.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
 from rebench.budget import parse_duration
+from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
@@ -51,6 +53,10 @@ class CampaignSpec(BaseModel):
     final_rule: Literal["best", "last", "rescore_best"] | None = Field(
         None, description="override every profile's final_score: best, last or rescore_best "
                           "(re-score the best solutions when each attempt ends)")
+    env_params: dict[str, str] = Field(
+        default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
+                                          "overrides the gateway's credit; a key of the profile's params "
+                                          "overrides it in the instructions and the scorer's params")
 
     @field_validator("final_rule", mode="before")
     @classmethod
@@ -91,6 +97,14 @@ class CampaignSpec(BaseModel):
             raise RebenchError(f"invalid --gpus {ids}: use distinct device ids like 0,1,2")
         return ids
 
+    @field_validator("env_params")
+    @classmethod
+    def _env_param_names(cls, params: dict[str, str]) -> dict[str, str]:
+        for key in params:
+            if not key.strip():
+                raise RebenchError("invalid --env-param: an empty KEY; use KEY=VALUE")
+        return params
+
     @property
     def chosen_backend(self) -> str:
         """The backend attempts run on; rebench.api.run_campaign fills it in before planning."""
@@ -99,11 +113,60 @@ class CampaignSpec(BaseModel):
         return self.backend
 
 
+CREDIT_PARAM = "credit"
+
+
+def _typed_like(current: Any, key: str, text: str) -> Any:
+    """`text` as a value of the type the profile declares for `key` (a number stays a number)."""
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes")
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, str):
+            return text
+        return json.loads(text)
+    except ValueError:
+        raise RebenchError(f"invalid --env-param {key}={text!r}: expected a value like {current!r}") from None
+
+
+def apply_env_params(env: Environment, profile: str, params: dict[str, str]) -> tuple[Environment, float | None]:
+    """The environment with the run's `--env-param` values in the profile's params, and the
+    gateway credit override (`credit`, USD). Params change what the instructions and the scorer
+    see, not the built assets (a build uses the declared params). Unknown keys: RebenchError
+    naming the allowed ones."""
+    spec: Profile = env.profile(profile)
+    allowed = ([CREDIT_PARAM] if spec.gateway is not None else []) + sorted(spec.params)
+    unknown = [key for key in params if key not in allowed]
+    if unknown:
+        raise RebenchError(f"unknown --env-param {unknown[0]!r} for {env.name} ({profile}); allowed: "
+                           f"{', '.join(allowed) if allowed else 'none'}")
+    credit: float | None = None
+    if CREDIT_PARAM in params:
+        try:
+            credit = float(params[CREDIT_PARAM])
+        except ValueError:
+            credit = -1.0
+        if not credit >= 0:  # also refuses nan
+            raise RebenchError(f"invalid --env-param credit={params[CREDIT_PARAM]!r}: a number of US dollars >= 0")
+    overrides = {k: _typed_like(spec.params[k], k, v) for k, v in params.items() if k in spec.params}
+    if not overrides:
+        return env, credit
+    new_profile = spec.model_copy(update={"params": {**spec.params, **overrides}})
+    metadata = env.metadata.model_copy(update={"profiles": {**env.metadata.profiles, profile: new_profile}})
+    return Environment(root=env.root, metadata=metadata), credit
+
+
 def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistry) -> tuple[int, list[int]]:
     """Validate everything first, then write the campaign and its queued attempts at once."""
     envs = [registry.get(name) for name in spec.environments]
     for env in envs:
         env.profile(spec.profile)
+        apply_env_params(env, spec.profile, spec.env_params)
     with store.session() as session:
         campaign = Campaign(spec=spec.model_dump(mode="json"), status=CampaignStatus.RUNNING)
         session.add(campaign)
@@ -235,9 +298,10 @@ class CampaignRunner:
 
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
                               gpus: list[int]) -> AttemptOutcome:
+        env, credit = apply_env_params(env, spec.profile, spec.env_params)
         runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
-                               network=spec.network, final_rule=spec.final_rule)
+                               network=spec.network, final_rule=spec.final_rule, gateway_credit_usd=credit)
         outcome = await runner.run(attempt_id, spec.agent)
         retries = 0
         while outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES:

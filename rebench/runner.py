@@ -32,6 +32,7 @@ from rebench.environments.install import install_environment
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
+from rebench.gateway.attempt import GATEWAY_PORT, AttemptGateway
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
@@ -118,6 +119,7 @@ class AttemptRunner:
         gpus: list[int] | None = None,
         network: bool | None = None,
         final_rule: FinalRule | None = None,
+        gateway_credit_usd: float | None = None,
     ) -> None:
         self.store = store
         self.env = env
@@ -129,6 +131,8 @@ class AttemptRunner:
         self.network = network
         self.final_rule = final_rule
         """Overrides every profile's `final_score` (`rebench run --final-rule`); None: the profile's."""
+        self.gateway_credit_usd = gateway_credit_usd
+        """Overrides the profile's gateway credit (`rebench run --env-param credit=USD`); None: the profile's."""
 
     def _snapshot_base(self, attempt_id: int) -> Path:
         """The attempt's snapshot folder: `attempt-N`, or `attempt-N.2`, ... when a folder of that name
@@ -193,6 +197,7 @@ class AttemptRunner:
             snapshot_base = self._restore_snapshots(attempt_id, snapshot_base, score_snapshots)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
         sandbox: Sandbox | None = None
+        gateway: AttemptGateway | None = None
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
                          pid=os.getpid())
@@ -205,12 +210,19 @@ class AttemptRunner:
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
                 network=profile.network if self.network is None else self.network,
             ).model_copy(update=hooks.spec_update)
+            if profile.gateway is not None and hooks.reattach is None:
+                gateway = AttemptGateway(self.store, attempt_id, self.env, profile.gateway,
+                                         assets=assets_dir(self.env, profile_name, build=False),
+                                         unix=self.backend != "local", credit_usd=self.gateway_credit_usd)
+                if gateway.socket_path is not None:
+                    spec = spec.model_copy(update={"gateway_socket": gateway.socket_path,
+                                                   "gateway_port": GATEWAY_PORT})
             if hooks.reattach is not None:
                 self.progress(attempt_id, "reattaching to the sandbox")
                 sandbox = await hooks.reattach(spec)
                 clock.start()
             else:
-                sandbox = await self._prepare(attempt_id, profile_name, spec, clock, recorder, hooks)
+                sandbox = await self._prepare(attempt_id, profile_name, spec, clock, recorder, hooks, gateway)
             ctx = AttemptContext(
                 sandbox=sandbox, recorder=recorder, clock=clock,
                 instructions=self._instructions(profile_name, profile, sandbox.paths),
@@ -244,14 +256,18 @@ class AttemptRunner:
             outcome.error_message = f"{type(exc).__name__}: {exc}"
         finally:
             clock.stop()
-            await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
-                               snapshot_base, score_snapshots, rescoring)
+            try:
+                await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
+                                   snapshot_base, score_snapshots, rescoring)
+            finally:
+                if gateway is not None:  # after re-scoring: the scorer may call it until then
+                    await asyncio.shield(gateway.close())
         return outcome
 
     async def _prepare(self, attempt_id: int, profile_name: str, spec: SandboxSpec, clock: AttemptClock,
-                       recorder: AttemptRecorder, hooks: RunHooks) -> Sandbox:
-        """Start the sandbox and the clock, install the environment and take the baseline score
-        (with the clock paused for it: harness work)."""
+                       recorder: AttemptRecorder, hooks: RunHooks, gateway: AttemptGateway | None = None) -> Sandbox:
+        """Start the sandbox and the clock, install the environment (and the gateway's files) and
+        take the baseline score (with the clock paused for it: harness work)."""
         profile = self.env.profile(profile_name)
         assets = assets_dir(self.env, profile_name, build=False)
         self.progress(attempt_id, "starting sandbox")
@@ -263,7 +279,11 @@ class AttemptRunner:
         with clock.paused_for("setup") as interval:
             pause_row = recorder.pause_started(interval)
             try:
+                if gateway is not None:
+                    await gateway.start()
                 await install_environment(sandbox, self.env, profile_name, assets)
+                if gateway is not None:
+                    await gateway.install(sandbox)
                 self.progress(attempt_id, "scoring the starting solution")
                 baseline = await run_scoring(sandbox, profile.score_timeout_s)
                 recorder.score(baseline, ScoreKind.BASELINE)

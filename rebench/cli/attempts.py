@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
+from rebench.gateway.usage import MeterUsage, gateway_usage
 from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, HumanSession, Pause, ScoreEvent
 from rebench.tables import Col, print_table
 
@@ -141,6 +142,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
                 for e in session.scalars(select(Event).where(Event.attempt_id == attempt_id).order_by(Event.seq))
             ],
         }
+        detail["gateway"] = {meter: usage.model_dump() for meter, usage in
+                             gateway_usage(session, [attempt_id]).get(attempt_id, {}).items()}
         human = session.get(HumanSession, attempt_id)
         if human is not None:
             detail.update(_human_detail(session, attempt, human))
@@ -163,6 +166,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
+    for meter, usage in detail["gateway"].items():
+        console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:
         _print_human(detail)
     if detail["snapshot_path"] or detail["snapshot_note"]:

@@ -16,12 +16,12 @@ if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not
     from rebench.runner import AttemptOutcome
 
 
-def _parse_agent_args(values: list[str]) -> dict[str, str]:
+def _parse_pairs(values: list[str], option: str = "--agent-arg") -> dict[str, str]:
     parsed = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise RebenchError(f"invalid --agent-arg {item!r}: use KEY=VALUE")
+            raise RebenchError(f"invalid {option} {item!r}: use KEY=VALUE")
         parsed[key] = value
     return parsed
 
@@ -52,6 +52,7 @@ def run_command(
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1.")] = None,
     network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
+    env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
     db: DbOption = None,
 ) -> None:
@@ -61,7 +62,8 @@ def run_command(
     spec = api.CampaignSpec(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network, final_rule=final_rule,
-        agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_agent_args(agent_arg or []),
+        env_params=_parse_pairs(env_param or [], "--env-param"),
+        agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_pairs(agent_arg or []),
                               token_limit=token_limit, cost_limit_usd=cost_limit),
     )
     result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True,

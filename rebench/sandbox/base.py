@@ -74,6 +74,10 @@ class SandboxSpec(BaseModel):
     stream closes; the harness reconnects through `gate_dir`). Docker only."""
     gate_dir: str | None = None
     """Host folder mounted (root-only inside) at /run/rebench/gate: sockets and recordings."""
+    gateway_socket: str | None = None
+    """Host Unix socket of the attempt's model gateway (rebench.gateway): a container backend mounts its
+    folder root-only and relays 127.0.0.1:`gateway_port` inside to it (the local backend ignores both)."""
+    gateway_port: int | None = None
 
 
 @runtime_checkable

@@ -31,6 +31,7 @@ from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
 _SERVER_SOURCE = (Path(__file__).parents[1] / "exec_server.py").read_bytes()
+_FORWARDER_SOURCE = (Path(__file__).with_name("forwarder.py")).read_bytes()
 _LOADER = (
     "import sys;b=sys.stdin.buffer;n=int(b.readline());"
     "exec(compile(b.read(n),'rebench-exec-server','exec'),{'__name__':'__main__'})"
@@ -62,6 +63,19 @@ _SOCKET_PATH_MAX = 100
 """Unix socket paths must fit sockaddr_un (108 bytes on Linux); a little margin."""
 _CONNECT_S = 15.0
 """How long a keep-alive container's exec server may take to open its socket."""
+GATEWAY_MOUNT = "/run/rebench/gateway"
+"""Where the container sees the folder of the model gateway's socket (SandboxSpec.gateway_socket);
+/run/rebench is made root-only before anything of the agent runs."""
+_FORWARDER_START = f"""
+set -eu
+chown root:root /run/rebench && chmod 0700 /run/rebench
+cat > /run/rebench/gateway-forwarder.py
+rm -f /run/rebench/gateway-forwarder.ready
+env -u REBENCH_EXEC_ID setsid -f /usr/bin/python3 -I /run/rebench/gateway-forwarder.py "$1" \
+  {GATEWAY_MOUNT}/"$2" /run/rebench/gateway-forwarder.ready </dev/null >/dev/null 2>>/run/rebench/gateway-forwarder.log
+for _ in $(seq 200); do [ -s /run/rebench/gateway-forwarder.ready ] && exit 0; sleep 0.05; done
+echo "the gateway forwarder did not start"; tail -5 /run/rebench/gateway-forwarder.log; exit 1
+"""
 
 
 class DockerSandbox:
@@ -152,6 +166,8 @@ class DockerSandbox:
             # Through sh only for the redirection: whatever stops python early is in the log too.
             command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
                        f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
+        if spec.gateway_socket:
+            binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "rw"}
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
@@ -217,6 +233,8 @@ class DockerSandbox:
             raise
         try:
             await self._open_channel(raw, bootstrap=not self.spec.keep_alive)
+            if self.spec.gateway_socket:
+                await self._start_forwarder()
         except BaseException as exc:
             await self.stop()
             if isinstance(exc, SandboxError | TimeoutError):
@@ -225,6 +243,17 @@ class DockerSandbox:
                 ) from None
             raise
         self.start_to_ready_s = time.perf_counter() - started
+
+    async def _start_forwarder(self) -> None:
+        """Start the root forwarder from 127.0.0.1:gateway_port to the gateway's socket (forwarder.py)."""
+        port = self.spec.gateway_port
+        if port is None or self.spec.gateway_socket is None:
+            raise SandboxError(f"attempt {self.spec.attempt_id}: a gateway socket needs a gateway_port")
+        result = await self.exec(["sh", "-c", _FORWARDER_START, "forwarder", str(port),
+                                  Path(self.spec.gateway_socket).name],
+                                 user="root", cwd="/", timeout=30, stdin=_FORWARDER_SOURCE)
+        if not result.ok:
+            raise SandboxError(f"the gateway forwarder did not start: {(result.stdout + result.stderr).strip()}")
 
     async def _connect_gate(self) -> socket.socket:
         """Connect to a keep-alive container's exec server on gate_dir/harness.sock (waiting for it to listen)."""

@@ -1,0 +1,104 @@
+"""The gateway as one attempt uses it: started before the environment is installed, announced in
+two files, closed when the attempt ends.
+
+- `~/api.env` (agent's home, readable by the agent): OPENAI_BASE_URL, OPENAI_API_KEY (the agent's token),
+  REBENCH_GATEWAY_MODEL;
+- `/protected/gateway.env` (root:protected 0640, the scorer's): the same names with the scorer's token.
+
+Local backend: the gateway listens on 127.0.0.1 (a free port). Docker: on a Unix socket in a
+host folder that the container mounts root-only (SandboxSpec.gateway_socket); a root forwarder
+in the container relays 127.0.0.1:GATEWAY_PORT to it, so the container keeps no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from rebench.environments.metadata import Gateway
+from rebench.environments.registry import Environment
+from rebench.errors import RebenchError
+from rebench.gateway.server import GatewayServer
+from rebench.gateway.upstreams import make_upstream, upstream_price
+from rebench.models.names import parse_model, require_key
+from rebench.sandbox.base import Sandbox
+from rebench.store.db import Store
+
+GATEWAY_PORT = 4141
+"""The gateway's port inside a Docker sandbox (the forwarder's); the local backend takes a free one."""
+SOCKET_NAME = "gateway.sock"
+API_ENV = "api.env"
+GATEWAY_ENV = "gateway.env"
+
+
+def check_gateway(gateway: Gateway | None) -> None:
+    """Before anything starts: a provider upstream needs its key in the harness's environment
+    (never the sandbox's), an openai-compatible one its base_url; one-line RebenchError otherwise."""
+    if gateway is None:
+        return
+    provider, _, name = gateway.upstream.partition("/")
+    if provider == "local":
+        if not gateway.local_model:
+            raise RebenchError(f"gateway upstream {gateway.upstream!r} needs local_model (a .py file)")
+        return
+    require_key(parse_model(f"{provider}/{name}", base_url=gateway.base_url))
+
+
+def env_file(base_url: str, token: str, model: str) -> bytes:
+    return (f"OPENAI_BASE_URL={base_url}\nOPENAI_API_KEY={token}\nREBENCH_GATEWAY_MODEL={model}\n").encode()
+
+
+class AttemptGateway:
+    """One attempt's gateway. `unix=True`: serve a Unix socket for a container's forwarder."""
+
+    def __init__(self, store: Store, attempt_id: int, env: Environment, gateway: Gateway, *,
+                 assets: Path | None, unix: bool, credit_usd: float | None = None) -> None:
+        self.store = store
+        self.attempt_id = attempt_id
+        self.env = env
+        self.gateway = gateway
+        self.assets = assets
+        self.credit_usd = credit_usd
+        self.unix = unix
+        self.socket_dir: Path | None = Path(tempfile.mkdtemp(prefix="rbgw-")) if unix else None
+        self.server: GatewayServer | None = None
+
+    @property
+    def socket_path(self) -> str | None:
+        return str(self.socket_dir / SOCKET_NAME) if self.socket_dir else None
+
+    @property
+    def base_url(self) -> str:
+        port = GATEWAY_PORT if self.unix else (self.server.port if self.server else None)
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def start(self) -> None:
+        """Load the upstream (a local model: in a thread) and listen."""
+        upstream = await asyncio.to_thread(make_upstream, self.gateway, self.env.root, self.assets)
+        self.server = GatewayServer(self.gateway, upstream, store=self.store, attempt_id=self.attempt_id,
+                                    price=upstream_price(self.gateway), credit_usd=self.credit_usd)
+        if self.socket_path is not None:
+            await self.server.start_unix(self.socket_path)
+        else:
+            await self.server.start_tcp("127.0.0.1", 0)
+
+    async def install(self, sandbox: Sandbox) -> None:
+        """Write api.env (agent) and gateway.env (scorer) into the sandbox."""
+        assert self.server is not None, "start() first"
+        model = self.gateway.model
+        agent, scorer = self.server.meters["agent"].token, self.server.meters["scorer"].token
+        await sandbox.write_file(sandbox.paths.in_home(API_ENV), env_file(self.base_url, agent, model),
+                                 user="root", mode=0o644)
+        await sandbox.write_file(sandbox.paths.in_protected(GATEWAY_ENV), env_file(self.base_url, scorer, model),
+                                 user="root", mode=0o640)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+        if self.socket_dir is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.socket_dir)
+
