@@ -105,10 +105,13 @@ def system_packages(env: Environment) -> list[str]:
 
 
 def _check_local_system_packages(env: Environment, profile: str) -> None:
-    """The local backend runs the environment's code on this host: each package of
-    system-packages.txt must have put its command (the package's name) on PATH."""
+    """The local backend runs the environment's code on this host with the system PATH of its
+    sandboxes: each package of system-packages.txt must have put its command (the package's
+    name) there (a rustc in ~/.cargo/bin, say, is not found by the sandbox)."""
+    from rebench.sandbox.local import SYSTEM_PATH
+
     for package in system_packages(env):
-        if shutil.which(package) is None:
+        if shutil.which(package, path=SYSTEM_PATH) is None:
             raise RebenchError(f"{env.name} ({profile}) needs `{package}` on this machine for the local backend: "
                                f"install it (`apt-get install -y {package}`) or use --backend docker")
 

@@ -129,13 +129,14 @@ def test_paper_build_without_the_problem_files_says_what_and_where(tmp_path: Pat
     assert not list(isolated_cache.glob("assets/rust_codecontests_inference*"))
 
 
-def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing(
+def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_the_sandbox_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rebench import preflight
+    from rebench.sandbox import local
 
     env = EnvironmentRegistry().get("rust_codecontests_inference")
     assert preflight.system_packages(env) == ["rustc"]
-    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without rustc
+    monkeypatch.setattr(local, "SYSTEM_PATH", str(tmp_path))  # the sandboxes' system PATH, without rustc
     with pytest.raises(RebenchError, match=r"needs `rustc` .*`apt-get install -y rustc`"):
         preflight.check(env, "tiny", "run", backend="local")
     preflight.check(env, "tiny", "run", backend="docker")  # the image has it

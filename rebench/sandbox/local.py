@@ -38,6 +38,9 @@ from rebench.scoring.harness_files import install_harness
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
 EXIT_GRACE_S = 0.2
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""Where sandboxed commands find system programs (after the environment's virtualenv): an
+environment's system-packages.txt must be installed there (the preflight checks it)."""
 """After a command exits, how long its output is still read (a background child may hold
 the pipes open; it keeps running, what it prints later is not captured). The Docker
 backend's exec server follows the same rule."""
@@ -220,7 +223,7 @@ class LocalSandbox:
     def _environment(self, extra: dict[str, str] | None) -> dict[str, str]:
         python_bin = str(Path(self.paths.python).parent)
         env = {
-            "PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{python_bin}:{SYSTEM_PATH}",
             "HOME": self.paths.home,
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
