@@ -71,6 +71,13 @@ def test_credit_cap_gives_429_and_the_attempt_goes_on(fixture_envs: Path, tmp_pa
     detail = json.loads(run_cli("attempts", "show", "1", "--json", "--db", str(db_path)).stdout)
     assert detail["gateway"]["agent"]["requests"] == len(statuses)
     assert detail["gateway"]["scorer"]["requests"] == 2
+    report = run_cli("report", "--json", "--db", str(db_path))
+    assert report.returncode == 0, report.stderr
+    gateway = json.loads(report.stdout)[0]["gateway"]
+    assert gateway["requests"] == len(statuses) and gateway["refused"] == statuses.count(429)
+    assert gateway["cost_usd"] == detail["gateway"]["agent"]["cost_usd"] > 0
+    terminal = run_cli("report", "--db", str(db_path))
+    assert "model gateway usage" in terminal.stdout and "gateway_echo" in terminal.stdout
 
 
 def test_api_env_holds_the_agents_token_and_gateway_env_the_scorers(fixture_envs: Path, tmp_path: Path,

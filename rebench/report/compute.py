@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
+from rebench.gateway.usage import MeterUsage
 from rebench.report.allocation import CURVE_KS, Allocation, allocation_for
 from rebench.report.bootstrap import (
     DEFAULT_N_BOOTSTRAP,
@@ -83,6 +84,10 @@ class ScoreRow(BaseModel):
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
+    gateway: MeterUsage | None = Field(
+        None, description="the agent's requests through the environments' model gateway, summed over the runs "
+        "behind the row (requests, refused, input/output tokens, cost in USD); None: no gateway request"
+    )
 
 
 class Standing(BaseModel):
@@ -112,6 +117,7 @@ class AttemptSummary(BaseModel):
     rescored: int = Field(0, description="attempts whose final score was re-scored (final_rule = rescore_best)")
     rule_mean: float | None = Field(None, description="mean normalized score by RE-Bench's own rule (best "
                                     "intermediate score); set when some attempts were re-scored")
+    gateway: MeterUsage | None = Field(None, description="the agent's model gateway usage, summed over the attempts")
 
 
 class AgentSummary(BaseModel):
@@ -249,6 +255,7 @@ class _Builder:
         rescored = [sum(run.rule_score is not None for _, run in scored[env]) for env in result.environments]
         rule_means = [float(np.mean([value if run.rule_score is None else run.rule_score
                                      for value, run in scored[env]])) for env in result.environments]
+        gateways = [gateway_total(run for _, run in scored[env]) for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -280,6 +287,7 @@ class _Builder:
                         above_2=high[i],
                         rescored=rescored[i],
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
+                        gateway=gateways[i],
                         **common,
                     )
                 )
@@ -300,6 +308,7 @@ class _Builder:
                     above_2=sum(high),
                     rescored=sum(rescored),
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
+                    gateway=gateway_sum(gateways),
                     **common,
                 )
             )
@@ -371,6 +380,20 @@ def _mark_best(rows: list[ScoreRow]) -> list[str]:
     return notes
 
 
+def gateway_sum(usages: Iterable[MeterUsage | None]) -> MeterUsage | None:
+    """Usage added up; None when none of them used the gateway."""
+    found = [u for u in usages if u is not None]
+    if not found:
+        return None
+    return MeterUsage(requests=sum(u.requests for u in found), refused=sum(u.refused for u in found),
+                      input_tokens=sum(u.input_tokens for u in found),
+                      output_tokens=sum(u.output_tokens for u in found), cost_usd=sum(u.cost_usd for u in found))
+
+
+def gateway_total(runs: Iterable[RunRecord]) -> MeterUsage | None:
+    return gateway_sum(run.gateway for run in runs)
+
+
 def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
     groups: dict[tuple[str, str, str, float], list[RunRecord]] = defaultdict(list)
     for run in runs:
@@ -389,6 +412,7 @@ def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             rescored=sum(r.rule_score is not None for r in members),
             rule_mean=(float(np.mean([r.score if r.rule_score is None else r.rule_score for r in members]))
                        if any(r.rule_score is not None for r in members) else None),
+            gateway=gateway_total(members),
         )
         for (env, agent, source, budget), members in sorted(groups.items())
     ]

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from rebench.calibration import ResolvedAnchors, resolve_anchors
 from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
+from rebench.gateway.usage import MeterUsage, gateway_usage
 from rebench.human_time import corrected_at, working_time
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
@@ -61,6 +62,8 @@ class RunRecord:
     `score` was re-scored (final_rule = "rescore_best"); None otherwise."""
     human: HumanClock | None = None
     """Own human attempts: who, and working time with and without pause corrections."""
+    gateway: MeterUsage | None = None
+    """The agent's requests through the environment's model gateway (rebench.gateway); None: none."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -240,6 +243,8 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
             for event in rows:
                 events.setdefault(event.attempt_id, []).append(event)
 
+        gateway = {attempt_id: meters["agent"] for attempt_id, meters in gateway_usage(session, own_ids).items()
+                   if "agent" in meters}
         clocks = _human_clocks(session, [a for a in attempts + humans if a.source == "own" and a.agent == HUMAN_AGENT])
 
         def record(attempt: Attempt) -> RunRecord:
@@ -260,6 +265,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 submitted=bool(attempt.submitted),
                 rule_score=rule,
                 human=clock,
+                gateway=gateway.get(attempt.id),
             )
 
         return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])

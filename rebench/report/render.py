@@ -127,9 +127,26 @@ def _agents_table(report: Report) -> Table_:
     )
 
 
+def _gateway_table(report: Report) -> Table_:
+    rows = [
+        [a.environment, a.agent, a.source, format_duration(a.budget_s), str(a.n), str(a.gateway.requests),
+         str(a.gateway.refused), str(a.gateway.input_tokens), str(a.gateway.output_tokens),
+         f"{a.gateway.cost_usd:.4f}"]
+        for a in report.summary if a.gateway is not None
+    ]
+    return (
+        "model gateway usage: the agents' requests from inside the sandbox (refused: credit spent, wrong model, ...)",
+        ["environment", "agent", "source", "budget", "runs", "requests", "refused", "tokens in", "tokens out",
+         "cost USD"],
+        rows,
+    )
+
+
 def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]:
     """Every table of the report as (title, header, rows) so all formats show the same numbers."""
     tables = [_headline_table(report), _agents_table(report)]
+    if any(a.gateway is not None for a in report.summary):
+        tables.append(_gateway_table(report))
     overall = [r for r in report.rows if r.environment == ALL]
     widest: dict[tuple[str, str, float], int] = {}
     for r in overall:
