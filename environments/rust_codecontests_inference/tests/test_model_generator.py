@@ -36,7 +36,7 @@ def test_same_arguments_same_problems_and_other_seeds_differ() -> None:
 
 def test_problems_have_codecontests_shape() -> None:
     for problem in generator.generate("test", 50, seed=0):
-        assert FIELDS <= set(problem)
+        assert set(problem) >= FIELDS
         assert 1 <= len(problem["public_tests"]["input"]) <= 3
         for tests in ("public_tests", "private_tests", "generated_tests"):
             assert len(problem[tests]["input"]) == len(problem[tests]["output"]) > 0
@@ -64,7 +64,7 @@ def test_train_shares_no_task_or_description_with_valid_and_test() -> None:
 
 
 def test_unknown_split_is_refused_naming_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="'dev'.*train, valid, test"):
+    with pytest.raises(ValueError, match=r"'dev'.*train, valid, test"):
         generator.generate("dev", 1, seed=0)
 
 
