@@ -66,7 +66,6 @@ def main() -> None:
         seed = int(params["seed"])
         valid = generator.generate("valid", int(params["n_valid"]), seed)
         test = generator.generate("test", int(params["n_test"]), seed + 1)
-        buildutil.seed_everything(0)
         trainer = sibling("train_model")
         summary = trainer.train(args.out / "model", seed=0, **trainer.PRESETS[params["train_preset"]])
         (args.out / "model" / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
