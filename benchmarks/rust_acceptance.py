@@ -41,7 +41,8 @@ def report(label: str, attempt: dict, wall_s: float) -> None:
     print(f"== {label}: attempt {attempt['id']} {attempt['status']}, final raw {attempt['final_raw']}, "
           f"normalized {attempt['normalized']}, wall {wall_s:.0f}s")
     for score in attempt["scores"]:
-        print(f"   {score['kind']:12s} raw {score['raw']}  {json.dumps(score['message'])}  ({score['duration_s']:.0f}s)")
+        message = json.dumps(score["message"])
+        print(f"   {score['kind']:12s} raw {score['raw']}  {message}  ({score['duration_s']:.0f}s)")
     for meter, usage in (attempt.get("gateway") or {}).items():
         print(f"   gateway ({meter}): {usage['requests']} requests ({usage['refused']} refused), "
               f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens, ${usage['cost_usd']:.4f}")
