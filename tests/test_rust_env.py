@@ -6,9 +6,12 @@ real files, processes and the real command line."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import socket
 import sys
+import tempfile
+import tomllib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -83,10 +86,13 @@ def test_memory_limit_stops_a_program_that_allocates_too_much() -> None:
 
 
 @needs_rustc
-def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(tmp_path: Path) -> None:
+def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scorer's compile-and-run child (run_worker.py behind the helper's confinement): a program
     that reads the hidden split and one that connects to a listening TCP port both fail, while the
     same programs succeed when run unconfined (so the failure is the confinement's doing)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the scorer points its own at its scratch folder
+    monkeypatch.setattr(tempfile, "tempdir", None)
     protected = tmp_path / "protected"
     protected.mkdir()
     (protected / "test.jsonl").write_text("the hidden answers\n")
@@ -143,3 +149,49 @@ def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_t
     (tmp_path / "rustc").write_text("#!/bin/sh\n")
     (tmp_path / "rustc").chmod(0o755)
     preflight.check(env, "tiny", "run", backend="local")
+
+
+def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> dict[str, Any]:
+    """score.py's result for a solution folder holding `module`, on two hidden problems (the
+    gateway.env names a port nothing listens on: these modules never call the model)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the scorer points its own at its scratch folder
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    protected, home, solution = (tmp_path / name for name in ("protected", "home", "solution"))
+    for folder in (protected, home, solution):
+        folder.mkdir()
+    problem = {"name": "p", "description": "print 3", "public_tests": {"input": [""], "output": ["3"]},
+               "private_tests": {"input": ["x"], "output": ["3"]}, "generated_tests": {"input": [], "output": []},
+               "solution": "fn main() { println!(\"3\"); }"}
+    (protected / "test.jsonl").write_text("\n".join([json.dumps(problem)] * 2) + "\n")
+    (protected / "gateway.env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=scorer\n")
+    (solution / "solve_code_contests_rust.py").write_text(module)
+    params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
+    ctx = {**params, "home": str(home), "solution": str(solution), "protected": str(protected),
+           "confine_command": score_helper.confine_command(str(protected))}
+    return load("rust_score_under_test", ENV_DIR / "scoring" / "score.py").score(ctx)
+
+
+def test_a_module_without_generate_solution_is_an_invalid_score(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _scored(tmp_path, monkeypatch, "def solve(problem):\n    return ''\n")
+    assert result["raw"] is None and "defines no generate_solution" in result["message"]["error"]
+
+
+@needs_rustc
+def test_the_module_sees_no_hidden_tests_and_its_programs_are_judged_on_all_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call reports the keys it was given (as its error), the second returns a program
+    that passes the public test only: neither problem counts as solved, by the hidden test."""
+    module = '''
+calls = []
+async def generate_solution(client, semaphore, problem):
+    calls.append(1)
+    if len(calls) == 1:
+        raise ValueError(",".join(sorted(problem)))
+    return ('use std::io::Read; fn main() { let mut s = String::new(); '
+            'std::io::stdin().read_to_string(&mut s).unwrap(); if s.is_empty() { println!("3"); } }')
+'''
+    result = _scored(tmp_path, monkeypatch, module)
+    assert result["raw"] == 0.0 and result["message"]["n_problems"] == 2, result
+    assert result["details"]["generation_errors"] == ["ValueError: description,name,public_tests"]
+    assert result["details"]["compiled"] == 1
