@@ -26,34 +26,45 @@ SPECIALS = (PAD, UNK, BOS, SEP, EOS)
 # Words keep their leading space (as GPT-2's tokenizer does); digits are single tokens so the
 # model has to copy constants digit by digit; space runs (indentation) and newlines are tokens.
 _PIECES = re.compile(r" ?[A-Za-z_]+| ?\d|\n| +|.", re.DOTALL)
+_LINES = re.compile(r"[^\n]+\n")  # whole lines, candidates for line tokens
 _PROBLEM = re.compile(r"<problem>\s*(.*?)\s*</problem>", re.DOTALL)
 FENCE = "```rust\n"
 
 
 class Tokenizer:
-    """Word-level vocabulary learned from the training pairs, with a character fallback."""
+    """Word-level vocabulary learned from the training pairs, with a character fallback; lines
+    frequent in the training texts (the programs' input-reading boilerplate, fixed statement
+    lines) are single tokens, so the model spends its capacity on what differs between problems."""
 
     def __init__(self, vocab: list[str]) -> None:
         self.vocab = vocab
         self.index = {piece: i for i, piece in enumerate(vocab)}
 
     @classmethod
-    def build(cls, texts: list[str], min_count: int = 2) -> Tokenizer:
+    def build(cls, texts: list[str], min_count: int = 2, line_share: float = 0.005) -> Tokenizer:
         counts: dict[str, int] = {}
+        lines: dict[str, int] = {}
         for text in texts:
             for piece in _PIECES.findall(text):
                 counts[piece] = counts.get(piece, 0) + 1
+            for line in _LINES.findall(text):
+                lines[line] = lines.get(line, 0) + 1
         chars = [chr(c) for c in range(32, 127)] + ["\n"]
         words = sorted(p for p, c in counts.items() if c >= min_count and p not in chars)
-        return cls([*SPECIALS, *chars, *words])
+        frequent = sorted(line for line, c in lines.items() if c >= max(min_count, line_share * len(texts)))
+        return cls([*SPECIALS, *chars, *words, *(line for line in frequent if line not in counts)])
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
-        for piece in _PIECES.findall(text):
-            if piece in self.index:
-                ids.append(self.index[piece])
-            else:  # an unseen word: its characters
-                ids.extend(self.index.get(ch, self.index[UNK]) for ch in piece)
+        for line in re.findall(r"[^\n]*\n|[^\n]+", text):
+            if len(line) > 1 and line.endswith("\n") and line in self.index:
+                ids.append(self.index[line])
+                continue
+            for piece in _PIECES.findall(line):
+                if piece in self.index:
+                    ids.append(self.index[piece])
+                else:  # an unseen word: its characters
+                    ids.extend(self.index.get(ch, self.index[UNK]) for ch in piece)
         return ids
 
     def decode(self, ids: list[int]) -> str:
@@ -171,21 +182,22 @@ class LocalModel:
             else:
                 probs = _softmax(logits.astype(np.float64) / temperature)
                 cdf = np.cumsum(probs, -1)
-                for i in range(n):
-                    tokens[i] = min(int(np.searchsorted(cdf[i], rngs[i].random() * cdf[i, -1])), len(cdf[i]) - 1)
-            for i in np.flatnonzero(~done):
-                out[i].append(int(tokens[i]))
-                done[i] = tokens[i] == eos
+                for row in range(n):
+                    drawn = int(np.searchsorted(cdf[row], rngs[row].random() * cdf[row, -1]))
+                    tokens[row] = min(drawn, cdf.shape[1] - 1)
+            for row in np.flatnonzero(~done).tolist():
+                out[row].append(int(tokens[row]))
+                done[row] = tokens[row] == eos
             if done.all() or step == steps - 1:
                 break
             logits = self._forward(tokens[:, None], cache, len(ids) + step)
         completions = []
-        for row in out:
-            finished = bool(row) and row[-1] == eos
-            code = self.tokenizer.decode(row)
+        for sample in out:
+            finished = bool(sample) and sample[-1] == eos
+            code = self.tokenizer.decode(sample)
             text = FENCE + code.rstrip("\n") + "\n```" if finished else FENCE + code
             reason = "stop" if finished else "length"
-            completions.append(Completion(text=text, output_tokens=len(row), finish_reason=reason))
+            completions.append(Completion(text=text, output_tokens=len(sample), finish_reason=reason))
         return completions
 
 

@@ -118,3 +118,5 @@ def test_tokenizer_round_trips_programs_and_counts_unseen_words_by_characters() 
         assert tokenizer.decode(tokenizer.encode(p["solution"])) == p["solution"]
     assert len(tokenizer.encode(" zzqxj")) == 6  # unseen word: space + 5 letters
     assert len(tokenizer.encode(" print")) < len(" print")  # known words are one token
+    assert tokenizer.encode("fn main() {\n") == [tokenizer.index["fn main() {\n"]]  # boilerplate lines too
+    assert len(tokenizer.encode(problems[0]["solution"])) < 60
