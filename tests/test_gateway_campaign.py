@@ -108,3 +108,15 @@ def test_env_param_overrides_the_profiles_params(fixture_envs: Path, tmp_path: P
     code, _out, err = run_replay(tmp_path, db_path, "--env-param", "expected_prefix=nope")
     assert code == 0, err
     assert rows(db_path, "select final_raw from attempts") == [(0.0,)]  # the scorer saw the run's value
+
+
+def test_noise_measurement_scores_through_an_unmetered_gateway(fixture_envs: Path, db_path: Path) -> None:
+    """Scoring outside an attempt (`rebench envs noise`, calibration) gets a gateway too: the scorer
+    asks the model, the start scores 0 and the reference 1."""
+    from rebench import api
+    from rebench.environments.registry import EnvironmentRegistry
+
+    env = EnvironmentRegistry(fixture_envs).get("gateway_echo")
+    summary = api.measure_noise(env, "tiny", "local", n=2, db=db_path)
+    assert (summary.start_mean, summary.reference_mean) == (0.0, 1.0)
+    assert rows(db_path, "select count(*) from gateway_requests") == [(0,)]  # no attempt to meter against

@@ -63,9 +63,10 @@ class HttpError(Exception):
 
 
 class GatewayServer:
-    """Serves one attempt; `start_tcp`/`start_unix`, then `close()` (idempotent)."""
+    """Serves one attempt; `start_tcp`/`start_unix`, then `close()` (idempotent). Without a store
+    (scoring outside an attempt) requests are served and not recorded."""
 
-    def __init__(self, gateway: Gateway, upstream: Upstream, *, store: Store, attempt_id: int,
+    def __init__(self, gateway: Gateway, upstream: Upstream, *, store: Store | None, attempt_id: int,
                  price: ModelPrice, credit_usd: float | None = None) -> None:
         self.gateway = gateway
         self.upstream = upstream
@@ -257,8 +258,12 @@ class GatewayServer:
             output_tokens=reply.output_tokens if reply else 0, cost_usd=cost,
             latency_s=time.monotonic() - started, error=error[:2000] if error else None)
 
+        store = self.store
+        if store is None:  # scoring outside an attempt (calibration): nothing to meter it against
+            return
+
         def write() -> None:
-            with self.store.session() as session:
+            with store.session() as session:
                 session.add(row)
 
         with contextlib.suppress(Exception):  # a failed write must not fail the request it meters
