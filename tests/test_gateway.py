@@ -204,7 +204,7 @@ def test_concurrency_limit_and_timeout_end_in_an_http_error_not_a_hang(store: St
             model="tiny-1", messages=[{"role": "user", "content": f"sleep:0.4 {i}"}]) for i in range(4)))
         elapsed = time.monotonic() - started
         with pytest.raises(openai.APIStatusError) as slow:
-            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:3"}])
+            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:1.5"}])
         return elapsed, slow.value
 
     elapsed, slow = run(store, gateway(concurrency=2, timeout_s=1), body)
@@ -246,3 +246,20 @@ def test_provider_key_comes_from_the_harness_environment(monkeypatch: pytest.Mon
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     check_gateway(gateway(upstream="openai/gpt-3.5-turbo-0125", local_model=None))
     assert os.environ["OPENAI_API_KEY"] == "sk-test"
+
+
+def test_a_timed_out_generation_keeps_its_slot_until_it_really_ends(store: Store) -> None:
+    """generate() cannot be stopped in its thread: after a 504 it still holds its concurrency slot,
+    so timed-out requests cannot stack more work than the limit allows."""
+
+    async def body(server: GatewayServer, url: str) -> tuple[int, float]:
+        sdk = client(url, server.meters["agent"].token)
+        with pytest.raises(openai.APIStatusError) as slow:
+            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:1.5"}])
+        started = time.monotonic()
+        await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "quick"}])
+        return slow.value.status_code, time.monotonic() - started
+
+    status, waited = run(store, gateway(concurrency=1, timeout_s=0.5), body)
+    assert status == 504
+    assert waited >= 0.7  # the quick request waited for the slow generation to end (~1 s after the 504)

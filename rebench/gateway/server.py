@@ -56,6 +56,12 @@ class Meter:
         return self.credit_usd is None or self.spent_usd < self.credit_usd
 
 
+def _release_after(meter: Meter, done: asyncio.Future[Reply]) -> None:
+    meter.slots.release()
+    if not done.cancelled():
+        done.exception()  # retrieved: nobody waits for a timed-out request's outcome
+
+
 class HttpError(Exception):
     def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
         super().__init__(message)
@@ -233,15 +239,18 @@ class GatewayServer:
         if request.get("stream"):
             raise HttpError(400, "streaming is not supported by this gateway; send stream=false",
                             "invalid_request_error")
-        async with meter.slots:
+        await meter.slots.acquire()
+        task: asyncio.Future[Reply] | None = None
+        try:
             # Checked once the request holds a slot: what ran before it has been paid for.
             if not meter.credit_left:
                 raise HttpError(429, f"credit spent: the {meter.name} meter used ${meter.spent_usd:.4f} of its "
                                 f"${meter.credit_usd:.4f} credit", "insufficient_quota", "insufficient_quota")
             meter.requests += 1
             call = self.upstream.chat if endpoint == "chat" else self.upstream.completions
+            task = asyncio.ensure_future(call(request))
             try:
-                return await asyncio.wait_for(call(request), self.gateway.timeout_s)
+                return await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
             except UpstreamError as exc:
                 raise HttpError(exc.status, str(exc), exc.kind) from None
             except TimeoutError:
@@ -249,6 +258,13 @@ class GatewayServer:
                                 "timeout") from None
             except Exception as exc:
                 raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
+        finally:
+            if task is None or task.done():
+                meter.slots.release()
+            else:
+                # A timed-out local generate() runs on in its thread: it keeps its slot until it ends, so
+                # timed-out requests cannot pile up more work than the concurrency limit allows.
+                task.add_done_callback(lambda done: _release_after(meter, done))
 
     async def _record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
                       reply: Reply | None = None, cost: float = 0.0, error: str | None = None) -> None:
