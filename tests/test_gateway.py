@@ -263,3 +263,22 @@ def test_a_timed_out_generation_keeps_its_slot_until_it_really_ends(store: Store
     status, waited = run(store, gateway(concurrency=1, timeout_s=0.5), body)
     assert status == 504
     assert waited >= 0.7  # the quick request waited for the slow generation to end (~1 s after the 504)
+
+
+def test_an_oversized_body_is_413_and_garbage_is_not_a_crash(store: Store) -> None:
+    async def body(server: GatewayServer, url: str) -> tuple[bytes, bytes, int]:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n")
+        big = await reader.read()
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"nonsense\r\n\r\n")
+        junk = await reader.read()
+        writer.close()
+        ok = await client(url, server.meters["agent"].token).models.list()  # the server lives on
+        return big, junk, len(ok.data)
+
+    big, junk, models = run(store, gateway(), body)
+    assert big.startswith(b"HTTP/1.1 413 ") and b"over" in big
+    assert junk == b"" and models == 1

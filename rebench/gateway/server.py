@@ -56,6 +56,10 @@ class Meter:
         return self.credit_usd is None or self.spent_usd < self.credit_usd
 
 
+class _TooLarge(Exception):
+    pass
+
+
 def _release_after(meter: Meter, done: asyncio.Future[Reply]) -> None:
     meter.slots.release()
     if not done.cancelled():
@@ -119,7 +123,12 @@ class GatewayServer:
         self._connections.add(writer)
         try:
             while True:
-                request = await self._read_request(reader)
+                try:
+                    request = await self._read_request(reader)
+                except _TooLarge as exc:  # answered, then the connection closes (the rest is not read)
+                    await self._write(writer, 413, {"error": {"message": str(exc), "type": "invalid_request_error",
+                                                              "code": None, "param": None}}, {}, False)
+                    return
                 if request is None:
                     return
                 method, path, headers, body = request
@@ -162,11 +171,11 @@ class GatewayServer:
                 body += await reader.readexactly(length)
                 await reader.readexactly(2)
                 if len(body) > MAX_BODY_BYTES:
-                    raise ValueError("body too large")
+                    raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
         else:
             length = int(headers.get("content-length") or 0)
             if length > MAX_BODY_BYTES:
-                raise ValueError("body too large")
+                raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
             body = await reader.readexactly(length) if length else b""
         return method.upper(), path.split("?", 1)[0], headers, body
 
