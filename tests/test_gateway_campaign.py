@@ -73,9 +73,9 @@ def test_credit_cap_gives_429_and_the_attempt_goes_on(fixture_envs: Path, tmp_pa
     assert detail["gateway"]["scorer"]["requests"] == 2
     report = run_cli("report", "--json", "--db", str(db_path))
     assert report.returncode == 0, report.stderr
-    gateway = json.loads(report.stdout)[0]["gateway"]
-    assert gateway["requests"] == len(statuses) and gateway["refused"] == statuses.count(429)
-    assert gateway["cost_usd"] == detail["gateway"]["agent"]["cost_usd"] > 0
+    row = json.loads(report.stdout)[0]
+    assert row["gateway_requests"] == len(statuses) and row["gateway_refused"] == statuses.count(429)
+    assert row["gateway_cost_usd"] == detail["gateway"]["agent"]["cost_usd"] > 0
     terminal = run_cli("report", "--db", str(db_path))
     assert "model gateway usage" in terminal.stdout and "gateway_echo" in terminal.stdout
 
