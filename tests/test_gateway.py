@@ -282,3 +282,27 @@ def test_an_oversized_body_is_413_and_garbage_is_not_a_crash(store: Store) -> No
     big, junk, models = run(store, gateway(), body)
     assert big.startswith(b"HTTP/1.1 413 ") and b"over" in big
     assert junk == b"" and models == 1
+
+
+def test_anthropic_upstream_through_the_providers_client(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anthropic/MODEL`: chat completions translated to Messages by rebench.models' client, with the
+    harness's key (the fake server checks it); the answer comes back in OpenAI's shape."""
+    from rebench.gateway.upstreams import AnthropicUpstream
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-harness")
+    config = gateway(upstream="anthropic/claude-x", local_model=None)
+    with FakeModelServer([{"text": "bonjour", "usage": {"input_tokens": 11, "output_tokens": 2}}],
+                         require_key="sk-ant-harness") as fake:
+        upstream = AnthropicUpstream("claude-x", 5, 64, fake.url)
+
+        async def body(server: GatewayServer, url: str) -> Any:
+            return await client(url, server.meters["agent"].token).chat.completions.create(
+                model="tiny-1", messages=[{"role": "system", "content": "be brief"},
+                                          {"role": "user", "content": "hello"}])
+
+        reply = run(store, config, body, upstream=upstream)
+        sent = fake.requests[0].body
+    assert reply.choices[0].message.content == "bonjour"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 2)
+    assert sent["model"] == "claude-x" and sent["system"][0]["text"] == "be brief"
+    assert [(r.status, r.cost_usd) for r in rows(store)] == [(200, pytest.approx((11 * 1000 + 2 * 2000) / 1e6))]
