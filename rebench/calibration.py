@@ -99,6 +99,7 @@ async def measure_anchors(
     in one fresh sandbox (the same path an attempt's scores take)."""
     from rebench.environments.build import assets_dir
     from rebench.environments.install import install_environment
+    from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import SandboxSpec
     from rebench.sandbox.factory import create_sandbox
     from rebench.scoring.run import run_scoring
@@ -106,10 +107,16 @@ async def measure_anchors(
     spec_profile = env.profile(profile)
     spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,
                        cpus=spec_profile.resources.cpus, memory_gb=spec_profile.resources.memory_gb)
+    gateway = AttemptGateway.unmetered(env, profile, backend)  # the scorer may call the environment's model
+    if gateway is not None:
+        spec = gateway.sandbox_spec(spec)
     sandbox = create_sandbox(backend, spec, env)
     await sandbox.start()
     try:
         await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
+        if gateway is not None:
+            await gateway.start()
+            await gateway.install(sandbox)
         start = []
         for index in range(repeats):
             result = await run_scoring(sandbox, spec_profile.score_timeout_s)
@@ -124,6 +131,8 @@ async def measure_anchors(
         return start, reference
     finally:
         await sandbox.stop()
+        if gateway is not None:
+            await gateway.close()
 
 
 def calibration_repeats(env: Environment, profile: str, requested: int | None = None) -> int:

@@ -149,6 +149,7 @@ async def sample_noise(env: Environment, profile: str, *, backend: str, n: int, 
     from rebench.calibration import load_reference
     from rebench.environments.build import assets_dir
     from rebench.environments.install import install_environment
+    from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import Sandbox, SandboxSpec
     from rebench.sandbox.factory import create_sandbox
     from rebench.scoring.run import run_scoring
@@ -165,16 +166,24 @@ async def sample_noise(env: Environment, profile: str, *, backend: str, n: int, 
         log(f"{label}: {result.raw} ({seconds[-1]:.1f} s)")
         return result.raw
 
+    gateway = AttemptGateway.unmetered(env, profile, backend)  # the scorer may call the environment's model
+    if gateway is not None:
+        spec = gateway.sandbox_spec(spec)
     sandbox = create_sandbox(backend, spec, env)
     await sandbox.start()
     try:
         await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
+        if gateway is not None:
+            await gateway.start()
+            await gateway.install(sandbox)
         start = [[await score(sandbox, f"starting solution, sample {i + 1}/{n}, call {j + 1}/{repeats}")
                   for j in range(repeats)] for i in range(n)]
         await load_reference(sandbox, env, log)
         reference = [await score(sandbox, f"reference solution, sample {i + 1}/{n}") for i in range(n)]
     finally:
         await sandbox.stop()
+        if gateway is not None:
+            await gateway.close()
     return NoiseSamples(start=start, reference=reference, seconds=seconds)
 
 

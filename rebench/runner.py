@@ -32,7 +32,7 @@ from rebench.environments.install import install_environment
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
-from rebench.gateway.attempt import GATEWAY_PORT, AttemptGateway
+from rebench.gateway.attempt import AttemptGateway
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
@@ -210,13 +210,12 @@ class AttemptRunner:
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
                 network=profile.network if self.network is None else self.network,
             ).model_copy(update=hooks.spec_update)
-            if profile.gateway is not None and hooks.reattach is None:
+            if profile.gateway is not None and hooks.reattach is None and not spec.keep_alive:
+                # (a keep-alive human sandbox outlives this process, and so would need a gateway that does)
                 gateway = AttemptGateway(self.store, attempt_id, self.env, profile.gateway,
                                          assets=assets_dir(self.env, profile_name, build=False),
                                          unix=self.backend != "local", credit_usd=self.gateway_credit_usd)
-                if gateway.socket_path is not None:
-                    spec = spec.model_copy(update={"gateway_socket": gateway.socket_path,
-                                                   "gateway_port": GATEWAY_PORT})
+                spec = gateway.sandbox_spec(spec)
             if hooks.reattach is not None:
                 self.progress(attempt_id, "reattaching to the sandbox")
                 sandbox = await hooks.reattach(spec)

@@ -204,7 +204,7 @@ def test_concurrency_limit_and_timeout_end_in_an_http_error_not_a_hang(store: St
             model="tiny-1", messages=[{"role": "user", "content": f"sleep:0.4 {i}"}]) for i in range(4)))
         elapsed = time.monotonic() - started
         with pytest.raises(openai.APIStatusError) as slow:
-            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:3"}])
+            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:1.5"}])
         return elapsed, slow.value
 
     elapsed, slow = run(store, gateway(concurrency=2, timeout_s=1), body)
@@ -246,3 +246,63 @@ def test_provider_key_comes_from_the_harness_environment(monkeypatch: pytest.Mon
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     check_gateway(gateway(upstream="openai/gpt-3.5-turbo-0125", local_model=None))
     assert os.environ["OPENAI_API_KEY"] == "sk-test"
+
+
+def test_a_timed_out_generation_keeps_its_slot_until_it_really_ends(store: Store) -> None:
+    """generate() cannot be stopped in its thread: after a 504 it still holds its concurrency slot,
+    so timed-out requests cannot stack more work than the limit allows."""
+
+    async def body(server: GatewayServer, url: str) -> tuple[int, float]:
+        sdk = client(url, server.meters["agent"].token)
+        with pytest.raises(openai.APIStatusError) as slow:
+            await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "sleep:1.5"}])
+        started = time.monotonic()
+        await sdk.chat.completions.create(model="tiny-1", messages=[{"role": "user", "content": "quick"}])
+        return slow.value.status_code, time.monotonic() - started
+
+    status, waited = run(store, gateway(concurrency=1, timeout_s=0.5), body)
+    assert status == 504
+    assert waited >= 0.7  # the quick request waited for the slow generation to end (~1 s after the 504)
+
+
+def test_an_oversized_body_is_413_and_garbage_is_not_a_crash(store: Store) -> None:
+    async def body(server: GatewayServer, url: str) -> tuple[bytes, bytes, int]:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n")
+        big = await reader.read()
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"nonsense\r\n\r\n")
+        junk = await reader.read()
+        writer.close()
+        ok = await client(url, server.meters["agent"].token).models.list()  # the server lives on
+        return big, junk, len(ok.data)
+
+    big, junk, models = run(store, gateway(), body)
+    assert big.startswith(b"HTTP/1.1 413 ") and b"over" in big
+    assert junk == b"" and models == 1
+
+
+def test_anthropic_upstream_through_the_providers_client(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anthropic/MODEL`: chat completions translated to Messages by rebench.models' client, with the
+    harness's key (the fake server checks it); the answer comes back in OpenAI's shape."""
+    from rebench.gateway.upstreams import AnthropicUpstream
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-harness")
+    config = gateway(upstream="anthropic/claude-x", local_model=None)
+    with FakeModelServer([{"text": "bonjour", "usage": {"input_tokens": 11, "output_tokens": 2}}],
+                         require_key="sk-ant-harness") as fake:
+        upstream = AnthropicUpstream("claude-x", 5, 64, fake.url)
+
+        async def body(server: GatewayServer, url: str) -> Any:
+            return await client(url, server.meters["agent"].token).chat.completions.create(
+                model="tiny-1", messages=[{"role": "system", "content": "be brief"},
+                                          {"role": "user", "content": "hello"}])
+
+        reply = run(store, config, body, upstream=upstream)
+        sent = fake.requests[0].body
+    assert reply.choices[0].message.content == "bonjour"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 2)
+    assert sent["model"] == "claude-x" and sent["system"][0]["text"] == "be brief"
+    assert [(r.status, r.cost_usd) for r in rows(store)] == [(200, pytest.approx((11 * 1000 + 2 * 2000) / 1e6))]

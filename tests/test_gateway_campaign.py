@@ -52,8 +52,9 @@ def run_replay(tmp_path: Path, db: Path, *extra: str) -> tuple[int, str, str]:
 
 def test_credit_cap_gives_429_and_the_attempt_goes_on(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
     # one agent request: ~3 input + 5 output tokens at 1000 USD/Mtok = ~0.008 USD; 0.02 covers 2-3
-    code, _out, err = run_replay(tmp_path, db_path, "--env-param", "credit=0.02")
+    code, out, err = run_replay(tmp_path, db_path, "--env-param", "credit=0.02")
     assert code == 0, err
+    assert "env params credit=0.02" in out
     (status, final_raw) = rows(db_path, "select status, final_raw from attempts")[0]
     assert status == "done" and final_raw == 1.0  # it went on: wrote its answer, scored, submitted
     agent = rows(db_path, "select status, error from gateway_requests where meter = 'agent' order by id")
@@ -73,9 +74,9 @@ def test_credit_cap_gives_429_and_the_attempt_goes_on(fixture_envs: Path, tmp_pa
     assert detail["gateway"]["scorer"]["requests"] == 2
     report = run_cli("report", "--json", "--db", str(db_path))
     assert report.returncode == 0, report.stderr
-    gateway = json.loads(report.stdout)[0]["gateway"]
-    assert gateway["requests"] == len(statuses) and gateway["refused"] == statuses.count(429)
-    assert gateway["cost_usd"] == detail["gateway"]["agent"]["cost_usd"] > 0
+    row = json.loads(report.stdout)[0]
+    assert row["gateway_requests"] == len(statuses) and row["gateway_refused"] == statuses.count(429)
+    assert row["gateway_cost_usd"] == detail["gateway"]["agent"]["cost_usd"] > 0
     terminal = run_cli("report", "--db", str(db_path))
     assert "model gateway usage" in terminal.stdout and "gateway_echo" in terminal.stdout
 
@@ -108,3 +109,15 @@ def test_env_param_overrides_the_profiles_params(fixture_envs: Path, tmp_path: P
     code, _out, err = run_replay(tmp_path, db_path, "--env-param", "expected_prefix=nope")
     assert code == 0, err
     assert rows(db_path, "select final_raw from attempts") == [(0.0,)]  # the scorer saw the run's value
+
+
+def test_noise_measurement_scores_through_an_unmetered_gateway(fixture_envs: Path, db_path: Path) -> None:
+    """Scoring outside an attempt (`rebench envs noise`, calibration) gets a gateway too: the scorer
+    asks the model, the start scores 0 and the reference 1."""
+    from rebench import api
+    from rebench.environments.registry import EnvironmentRegistry
+
+    env = EnvironmentRegistry(fixture_envs).get("gateway_echo")
+    summary = api.measure_noise(env, "tiny", "local", n=2, db=db_path)
+    assert (summary.start_mean, summary.reference_mean) == (0.0, 1.0)
+    assert rows(db_path, "select count(*) from gateway_requests") == [(0,)]  # no attempt to meter against

@@ -39,6 +39,15 @@ try:
 except urllib.error.HTTPError as exc:
     print(exc.code, json.loads(exc.read())["error"]["message"])
 """
+HOLD = r"""
+import socket, time
+held = []
+for _ in range(64):
+    held.append(socket.create_connection(("127.0.0.1", 4141), timeout=5))
+time.sleep(0.5)  # every one accepted and counted before we say so
+print("held", len(held), flush=True)
+time.sleep(120)
+"""
 NET = r"""
 import socket
 for host, port in (("1.1.1.1", 80), ("172.17.0.1", 2375), ("8.8.8.8", 53)):
@@ -93,6 +102,13 @@ def test_inside_the_sandbox_only_the_gateway_and_only_with_the_agents_token(
                                             user="root", timeout=120)
                 out["forwarder"] = await sb.exec("stat -c %U /proc/$(cat /run/rebench/gateway-forwarder.ready)",
                                                  user="root")
+                # the agent holds as many connections as it may: its next one is refused, the scorer's is not
+                await sb.write_file("/tmp/hold.py", HOLD.encode(), user="root", mode=0o644)
+                out["hold"] = await sb.exec("python3 /tmp/hold.py > /tmp/held 2>&1 & "
+                                            "for i in $(seq 100); do [ -s /tmp/held ] && break; sleep 0.1; done; "
+                                            "cat /tmp/held; python3 /tmp/ask.py $HOME/api.env")
+                out["scorer_while_held"] = await sb.exec("python3 /tmp/ask.py /protected/gateway.env",
+                                                         user="scorer")
                 # the scorer's path: with every process of the agent gone, through the root forwarder
                 await sb.kill_agent_processes()
                 out["scorer"] = await sb.exec("python3 /tmp/ask.py /protected/gateway.env", user="scorer")
@@ -110,9 +126,13 @@ def test_inside_the_sandbox_only_the_gateway_and_only_with_the_agents_token(
     assert out["grep"].stdout.split() == ["/var/tmp/canary"], out["grep"]
     assert out["forwarder"].stdout.strip() == "root"
     assert out["scorer"].stdout.strip() == "200 echo ping", out["scorer"]
+    lines = out["hold"].stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0] == "held 64", out["hold"]
+    assert lines[1].startswith("503 too many open connections"), out["hold"]
+    assert out["scorer_while_held"].stdout.strip() == "200 echo ping", out["scorer_while_held"]
     with sqlite3.connect(tmp_path / "gw.db") as connection:
         metered = connection.execute("select meter, status from gateway_requests order by id").fetchall()
-    assert metered == [("agent", 200), ("agent", 404), ("scorer", 200)]
+    assert metered == [("agent", 200), ("agent", 404), ("scorer", 200), ("scorer", 200)]
 
 
 def test_a_docker_attempt_scores_through_the_gateway_and_hits_the_credit(tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ def test_bad_input_is_one_line_and_stores_nothing(options: list[str], message: s
 
 def test_unknown_environment_is_one_line(noisy_envs: Path, db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_main(["envs", "noise", "nope", "--db", str(db_path)], capsys)
-    assert code == 2 and err.strip() == "error: unknown environment 'nope'; allowed: counter"
+    assert code == 2 and err.strip() == "error: unknown environment 'nope'; allowed: counter, gateway_echo"
 
 
 def test_an_invalid_score_stores_nothing(noisy_envs: Path, db_path: Path,

@@ -77,6 +77,7 @@ def _planned(campaign: PlannedCampaign) -> None:
         f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{spec.agent.name}[/] "
         f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
         f"backend {spec.backend})"
+        + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
     )
 
 

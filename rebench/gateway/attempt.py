@@ -24,7 +24,7 @@ from rebench.errors import RebenchError
 from rebench.gateway.server import GatewayServer
 from rebench.gateway.upstreams import make_upstream, upstream_price
 from rebench.models.names import parse_model, require_key
-from rebench.sandbox.base import Sandbox
+from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.store.db import Store
 
 GATEWAY_PORT = 4141
@@ -54,7 +54,7 @@ def env_file(base_url: str, token: str, model: str) -> bytes:
 class AttemptGateway:
     """One attempt's gateway. `unix=True`: serve a Unix socket for a container's forwarder."""
 
-    def __init__(self, store: Store, attempt_id: int, env: Environment, gateway: Gateway, *,
+    def __init__(self, store: Store | None, attempt_id: int, env: Environment, gateway: Gateway, *,
                  assets: Path | None, unix: bool, credit_usd: float | None = None) -> None:
         self.store = store
         self.attempt_id = attempt_id
@@ -65,6 +65,23 @@ class AttemptGateway:
         self.unix = unix
         self.socket_dir: Path | None = Path(tempfile.mkdtemp(prefix="rbgw-")) if unix else None
         self.server: GatewayServer | None = None
+
+    @classmethod
+    def unmetered(cls, env: Environment, profile: str, backend: str) -> AttemptGateway | None:
+        """A gateway for scoring outside an attempt (calibration, noise measurements): no rows, no
+        credit for the scorer beyond the profile's; None when the profile has no gateway."""
+        from rebench.environments.build import assets_dir
+
+        gateway = env.profile(profile).gateway
+        if gateway is None:
+            return None
+        return cls(None, 0, env, gateway, assets=assets_dir(env, profile, build=False), unix=backend != "local")
+
+    def sandbox_spec(self, spec: SandboxSpec) -> SandboxSpec:
+        """`spec` with what a container backend needs to forward to this gateway."""
+        if self.socket_path is None:
+            return spec
+        return spec.model_copy(update={"gateway_socket": self.socket_path, "gateway_port": GATEWAY_PORT})
 
     @property
     def socket_path(self) -> str | None:

@@ -56,6 +56,16 @@ class Meter:
         return self.credit_usd is None or self.spent_usd < self.credit_usd
 
 
+class _TooLarge(Exception):
+    pass
+
+
+def _release_after(meter: Meter, done: asyncio.Future[Reply]) -> None:
+    meter.slots.release()
+    if not done.cancelled():
+        done.exception()  # retrieved: nobody waits for a timed-out request's outcome
+
+
 class HttpError(Exception):
     def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
         super().__init__(message)
@@ -63,9 +73,10 @@ class HttpError(Exception):
 
 
 class GatewayServer:
-    """Serves one attempt; `start_tcp`/`start_unix`, then `close()` (idempotent)."""
+    """Serves one attempt; `start_tcp`/`start_unix`, then `close()` (idempotent). Without a store
+    (scoring outside an attempt) requests are served and not recorded."""
 
-    def __init__(self, gateway: Gateway, upstream: Upstream, *, store: Store, attempt_id: int,
+    def __init__(self, gateway: Gateway, upstream: Upstream, *, store: Store | None, attempt_id: int,
                  price: ModelPrice, credit_usd: float | None = None) -> None:
         self.gateway = gateway
         self.upstream = upstream
@@ -112,7 +123,12 @@ class GatewayServer:
         self._connections.add(writer)
         try:
             while True:
-                request = await self._read_request(reader)
+                try:
+                    request = await self._read_request(reader)
+                except _TooLarge as exc:  # answered, then the connection closes (the rest is not read)
+                    await self._write(writer, 413, {"error": {"message": str(exc), "type": "invalid_request_error",
+                                                              "code": None, "param": None}}, {}, False)
+                    return
                 if request is None:
                     return
                 method, path, headers, body = request
@@ -155,11 +171,11 @@ class GatewayServer:
                 body += await reader.readexactly(length)
                 await reader.readexactly(2)
                 if len(body) > MAX_BODY_BYTES:
-                    raise ValueError("body too large")
+                    raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
         else:
             length = int(headers.get("content-length") or 0)
             if length > MAX_BODY_BYTES:
-                raise ValueError("body too large")
+                raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
             body = await reader.readexactly(length) if length else b""
         return method.upper(), path.split("?", 1)[0], headers, body
 
@@ -232,15 +248,18 @@ class GatewayServer:
         if request.get("stream"):
             raise HttpError(400, "streaming is not supported by this gateway; send stream=false",
                             "invalid_request_error")
-        async with meter.slots:
+        await meter.slots.acquire()
+        task: asyncio.Future[Reply] | None = None
+        try:
             # Checked once the request holds a slot: what ran before it has been paid for.
             if not meter.credit_left:
                 raise HttpError(429, f"credit spent: the {meter.name} meter used ${meter.spent_usd:.4f} of its "
                                 f"${meter.credit_usd:.4f} credit", "insufficient_quota", "insufficient_quota")
             meter.requests += 1
             call = self.upstream.chat if endpoint == "chat" else self.upstream.completions
+            task = asyncio.ensure_future(call(request))
             try:
-                return await asyncio.wait_for(call(request), self.gateway.timeout_s)
+                return await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
             except UpstreamError as exc:
                 raise HttpError(exc.status, str(exc), exc.kind) from None
             except TimeoutError:
@@ -248,6 +267,13 @@ class GatewayServer:
                                 "timeout") from None
             except Exception as exc:
                 raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
+        finally:
+            if task is None or task.done():
+                meter.slots.release()
+            else:
+                # A timed-out local generate() runs on in its thread: it keeps its slot until it ends, so
+                # timed-out requests cannot pile up more work than the concurrency limit allows.
+                task.add_done_callback(lambda done: _release_after(meter, done))
 
     async def _record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
                       reply: Reply | None = None, cost: float = 0.0, error: str | None = None) -> None:
@@ -257,8 +283,12 @@ class GatewayServer:
             output_tokens=reply.output_tokens if reply else 0, cost_usd=cost,
             latency_s=time.monotonic() - started, error=error[:2000] if error else None)
 
+        store = self.store
+        if store is None:  # scoring outside an attempt (calibration): nothing to meter it against
+            return
+
         def write() -> None:
-            with self.store.session() as session:
+            with store.session() as session:
                 session.add(row)
 
         with contextlib.suppress(Exception):  # a failed write must not fail the request it meters

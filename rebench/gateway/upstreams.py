@@ -185,10 +185,10 @@ class OpenAIWireUpstream:
 class AnthropicUpstream:
     """Anthropic's Messages API through rebench.models' client; chat completions only, text only."""
 
-    def __init__(self, name: str, timeout_s: float, max_tokens: int) -> None:
+    def __init__(self, name: str, timeout_s: float, max_tokens: int, base_url: str | None = None) -> None:
         from rebench.models.anthropic_provider import AnthropicClient
 
-        spec = parse_model(f"anthropic/{name}")
+        spec = parse_model(f"anthropic/{name}", base_url=base_url)
         self.client = AnthropicClient(spec, require_key(spec), request_timeout_s=timeout_s)
         self.name = name
         self.max_tokens = max_tokens
@@ -238,7 +238,7 @@ def make_upstream(gateway: Gateway, env_root: Path, assets: Path | None) -> Upst
         return LocalUpstream(load_local_model(env_root, gateway.local_model, assets), gateway.model,
                              gateway.max_tokens)
     if provider == "anthropic":
-        return AnthropicUpstream(name, gateway.timeout_s, gateway.max_tokens)
+        return AnthropicUpstream(name, gateway.timeout_s, gateway.max_tokens, gateway.base_url)
     return OpenAIWireUpstream(provider, name, gateway.base_url, gateway.timeout_s)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -84,10 +84,12 @@ class ScoreRow(BaseModel):
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
-    gateway: MeterUsage | None = Field(
-        None, description="the agent's requests through the environments' model gateway, summed over the runs "
-        "behind the row (requests, refused, input/output tokens, cost in USD); None: no gateway request"
-    )
+    gateway_requests: int = Field(0, description="the agents' requests through the environments' model gateway, "
+                                  "summed over the runs behind the row (refused ones included)")
+    gateway_refused: int = Field(0, description="of those, refused (credit spent, another model, ...)")
+    gateway_input_tokens: int = 0
+    gateway_output_tokens: int = 0
+    gateway_cost_usd: float = Field(0.0, description="what those requests cost (notional prices for a local model)")
 
 
 class Standing(BaseModel):
@@ -287,7 +289,7 @@ class _Builder:
                         above_2=high[i],
                         rescored=rescored[i],
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
-                        gateway=gateways[i],
+                        **_gateway_fields(gateways[i]),
                         **common,
                     )
                 )
@@ -308,7 +310,7 @@ class _Builder:
                     above_2=sum(high),
                     rescored=sum(rescored),
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
-                    gateway=gateway_sum(gateways),
+                    **_gateway_fields(gateway_sum(gateways)),
                     **common,
                 )
             )
@@ -388,6 +390,15 @@ def gateway_sum(usages: Iterable[MeterUsage | None]) -> MeterUsage | None:
     return MeterUsage(requests=sum(u.requests for u in found), refused=sum(u.refused for u in found),
                       input_tokens=sum(u.input_tokens for u in found),
                       output_tokens=sum(u.output_tokens for u in found), cost_usd=sum(u.cost_usd for u in found))
+
+
+def _gateway_fields(usage: MeterUsage | None) -> dict[str, Any]:
+    """ScoreRow's flat gateway columns (a frame column each in rebench.analysis)."""
+    if usage is None:
+        return {}
+    return {"gateway_requests": usage.requests, "gateway_refused": usage.refused,
+            "gateway_input_tokens": usage.input_tokens, "gateway_output_tokens": usage.output_tokens,
+            "gateway_cost_usd": usage.cost_usd}
 
 
 def gateway_total(runs: Iterable[RunRecord]) -> MeterUsage | None:

@@ -10,6 +10,9 @@ and garbage collection go through its `DockerEngine`. One job per module:
   containers of human attempts, which outlive their harness and can be reattached);
 - `tasks`: the `task` command's requests from inside a human attempt's container;
 - `ssh`: SSH into a human attempt's container (the gate inside, the relay on the host);
+- `forwarder`: started as root in the container when the attempt has a model gateway
+  (SandboxSpec.gateway_socket): 127.0.0.1:PORT inside, relayed to the harness's Unix socket
+  mounted in the root-only /run/rebench/gateway (docs/gateway.md);
 - `cast`: reading and playing the asciinema recordings of its SSH sessions.
 
 Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
