@@ -108,8 +108,7 @@ def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(
     ctx: dict[str, Any] = {"workers": 2, "test_timeout_s": 2.0, "memory_mb": 512, "run_timeout_s": 60,
                            "confine_command": score_helper.confine_command(str(protected))}
     problems = [{"public_tests": {"input": ["\n"], "output": [""]}}] * 2
-    scratch = score.scratch_folder()
-    try:
+    with score.scratch_folder():
         results, facts = score.run(ctx, [reader, connector], problems)
         assert facts["confined"] and "error" not in facts, facts
         assert results[0]["runs"][0]["stdout"].strip() == "DENIED"
@@ -119,9 +118,7 @@ def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(
         unconfined = [rust_eval.run_program(program, ["\n"]) for program in (reader, connector)]
         assert unconfined[0]["runs"][0]["stdout"].strip() == "READ the hidden answers"
         assert unconfined[1]["runs"][0]["stdout"].strip() == "CONNECTED"
-    finally:
-        listener.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+    listener.close()
 
 
 def test_paper_build_without_the_problem_files_says_what_and_where(tmp_path: Path, isolated_cache: Path) -> None:

@@ -19,12 +19,14 @@ has no `generate_solution` makes the score invalid (None).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,24 +90,32 @@ def run(ctx: dict[str, Any], programs: list[str], problems: list[dict[str, Any]]
     return results, facts
 
 
-def scratch_folder() -> str:
-    """A fresh temporary folder for both children (their TMPDIR: compilations, the linker's files):
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[str]:
+    """A fresh temporary folder for both children (their TMPDIR: compilations, the linker's files),
     writable by the confined user, and never a file directly in a folder above /protected, which
-    the confinement leaves read-only (the local backend's protected folder may lie under /tmp)."""
+    the confinement leaves read-only (the local backend's protected folder may lie under /tmp).
+    TMPDIR is this process's while it lasts (the children inherit it), then what it was."""
     folder = tempfile.mkdtemp(prefix="rust-score-")
     os.chmod(folder, 0o1777)
-    os.environ["TMPDIR"] = folder  # the children inherit it
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
     tempfile.tempdir = None
-    return folder
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = previous
+        tempfile.tempdir = None
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
-    scratch = scratch_folder()
-    try:
+    with scratch_folder():
         return _score(ctx, started)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
