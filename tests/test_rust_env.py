@@ -192,3 +192,11 @@ async def generate_solution(client, semaphore, problem):
     assert result["raw"] == 0.0 and result["message"]["n_problems"] == 2, result
     assert result["details"]["generation_errors"] == ["ValueError: description,name,public_tests"]
     assert result["details"]["compiled"] == 1
+
+
+def test_a_scorer_without_rustc_gives_an_invalid_score_not_zero(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no rustc for the scorer's children
+    module = "async def generate_solution(client, semaphore, problem):\n    return 'fn main() {}'\n"
+    result = _scored(tmp_path, monkeypatch, module)
+    assert result["raw"] is None and "rustc is not installed" in result["message"]["error"], result

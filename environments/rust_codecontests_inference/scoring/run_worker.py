@@ -12,11 +12,13 @@ scorer compares outputs itself.
     python -c SOURCE READ_FD WRITE_FD WORKERS
 
 In: {"harness_source", "programs": [...], "inputs": [[...], ...], "test_timeout_s", "memory_bytes"}.
-Out: {"network": how it was taken away}, then one {"index": i, "compiled", "error", "runs"} per program.
+Out: {"network": how it was taken away} (with "error" when rustc is missing), then one
+{"index": i, "compiled", "error", "runs"} per program.
 """
 
 import ctypes
 import os
+import shutil
 import sys
 import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -90,6 +92,10 @@ def main():
     request = channel.receive()
     harness = types.ModuleType("rust_eval_scorer")
     exec(compile(request["harness_source"], "rust_eval.py", "exec"), harness.__dict__)
+    if shutil.which(harness.RUSTC[0]) is None:
+        channel.send({"network": network, "error": f"{harness.RUSTC[0]} is not installed where the scorer runs "
+                                                    f"(PATH {os.environ.get('PATH', '')})"})
+        return
     channel.send({"network": network})
     limits = {"test_timeout_s": request["test_timeout_s"], "memory_bytes": request["memory_bytes"]}
     with ThreadPoolExecutor(workers) as pool:

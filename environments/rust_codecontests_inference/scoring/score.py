@@ -14,7 +14,8 @@ own gateway token, when the hidden split is not readable).
    is solved when its program passes all of its tests.
 
 Raw score = n_successes / n_problems, higher is better. A module that cannot be imported or
-has no `generate_solution` makes the score invalid (None).
+has no `generate_solution` makes the score invalid (None), and so does a failure of the
+compile-and-run child (rustc missing, the child killed): that is not the solution's score.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def run(ctx: dict[str, Any], programs: list[str], problems: list[dict[str, Any]]
         child.send({"harness_source": (HERE / "rust_eval.py").read_text(encoding="utf-8"), "programs": programs,
                     "inputs": [[stdin for stdin, _ in rust_eval.tests_of(problem)] for problem in problems],
                     "test_timeout_s": float(ctx["test_timeout_s"]), "memory_bytes": int(ctx["memory_mb"]) << 20})
-        facts["network"] = child.receive(timeout_s=60)["network"]
+        first = child.receive(timeout_s=60)
+        facts["network"] = first["network"]
+        if "error" in first:
+            raise ChildFailed(first["error"])
         for _ in range(sum(1 for program in programs if program)):
             reply = child.receive(timeout_s=float(ctx["run_timeout_s"]))
             results[int(reply.pop("index"))] = reply
@@ -138,10 +142,10 @@ def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
     results, facts = run(ctx, programs, problems)
     solved = [rust_eval.passes(results.get(i, {}), [want for _, want in rust_eval.tests_of(problem)])
               for i, problem in enumerate(problems)]
+    if "error" in facts:  # the harness's failure (rustc missing, the child killed), not the solution's
+        return {"raw": None, "message": {**message, "error": facts["error"]}, "details": facts}
     summary = rust_eval.summary(solved)
     message.update({key: summary[key] for key in ("n_successes", "n_problems", "standard_error")})
-    if "error" in facts:
-        message["error"] = facts["error"]
     compiled = sum(1 for result in results.values() if result.get("compiled"))
     compile_errors = [result["error"] for result in results.values() if not result.get("compiled")]
     return {"raw": summary["score"], "message": message,
