@@ -97,6 +97,12 @@ def test_generate_is_deterministic_per_arguments_and_seeds_differ(trained: Path)
         assert c.finish_reason == "stop" or c.output_tokens == 40
     greedy = local.generate(prompt, n=3, temperature=0.0, max_tokens=20, seed=5)
     assert len({c.text for c in greedy}) == 1
+    empty = local.generate(prompt, n=2, temperature=1.0, max_tokens=0, seed=5)
+    assert [(c.output_tokens, c.finish_reason) for c in empty] == [(0, "length")] * 2
+    # count_tokens is the model's own tokenization: the prompt costs what the model reads (+ <bos>, <sep>).
+    text = problem["description"]
+    assert local.count_tokens(text.strip()) + 2 == len(local.tokenizer.prompt_ids(text))
+    assert local.count_tokens(problem["description"]) < len(problem["description"].split()) * 2
 
 
 def test_chat_prompt_takes_the_problem_from_the_last_user_message() -> None:
