@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,19 +24,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from rebench.kit.buildutil import load_file
+
 ENV = Path(__file__).resolve().parents[1] / "environments" / "rust_codecontests_inference"
 _CODE = re.compile(r"```(?:rust)?\n(.*?)(?:```|$)", re.DOTALL)
 
 
 def env_module(name: str) -> ModuleType:
-    key = f"_rust_codecontests_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, ENV / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_file(f"_rust_codecontests_{name}", ENV / f"{name}.py")
 
 
 def extract_code(answer: str) -> str:

@@ -5,11 +5,9 @@ real files, processes and the real command line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import socket
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.kit.buildutil import load_file
 from rebench.scoring import score_helper
 
 from .conftest import REPO, run_cli
@@ -30,12 +29,7 @@ needs_rustc = pytest.mark.skipif(shutil.which("rustc") is None,
 
 
 def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file(name, path, reuse=False)
 
 
 rust_eval = load("rust_eval_under_test", ENV_DIR / "scoring" / "rust_eval.py")

@@ -10,10 +10,8 @@ model.load() reads. `python train_model.py --out DIR [--preset tiny]` runs it st
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from rebench.kit.buildutil import load_file
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,14 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def _sibling(name: str) -> ModuleType:
     """generator.py / model.py by path: build.py and the gateway load this folder's files by path."""
-    key = f"_rust_codecontests_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_file(f"_rust_codecontests_{name}", HERE / f"{name}.py")
 
 
 class Block(nn.Module):

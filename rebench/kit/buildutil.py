@@ -8,13 +8,31 @@ Part of the environment kit's build-time code (it may use NumPy).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
+import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+
+
+def load_file(name: str, path: Path, *, reuse: bool = True) -> ModuleType:
+    """Import the file `path` as module `name` (registered in sys.modules, which dataclasses and
+    pickling need). Environment folders are not packages: build scripts, benchmarks and tests load
+    their neighbours by path. With `reuse`, a module already loaded under `name` is returned."""
+    if reuse and name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_args(description: str) -> argparse.Namespace:

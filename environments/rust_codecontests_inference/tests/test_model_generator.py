@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rebench.kit.buildutil import load_file
+
 ENV = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file(name, path, reuse=False)
 
 
 generator = _load("rust_problem_generator", ENV / "generator.py")

@@ -3,26 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from rebench.kit.buildutil import load_file
+
 ENV = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str) -> Any:
-    key = f"_rust_codecontests_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, ENV / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_file(f"_rust_codecontests_{name}", ENV / f"{name}.py")
 
 
 model_mod = _load("model")
