@@ -25,7 +25,7 @@ from sqlalchemy import select
 from rebench.agents.base import Agent, AgentConfig, EnvironmentInfo, LimitExceeded
 from rebench.agents.registry import load_agent
 from rebench.calibration import resolve_anchors
-from rebench.clock import AttemptClock
+from rebench.clock import AttemptClock, PauseInterval
 from rebench.context import AttemptContext, AttemptRecorder
 from rebench.environments.build import assets_dir
 from rebench.environments.install import install_environment
@@ -102,6 +102,27 @@ class RunHooks:
     reattach: Callable[[SandboxSpec], Awaitable[Sandbox]] | None = None
     on_started: Callable[[Sandbox, AttemptClock], None] | None = None
     """Called once the sandbox runs and the clock has started (before install)."""
+
+
+SCORER_MODEL_PAUSE = "scorer-model"
+"""The pause reason while the scorer waits on the environment's model through the gateway."""
+
+
+def _pause_while_busy(clock: AttemptClock, recorder: AttemptRecorder, reason: str) -> Callable[[bool], None]:
+    """A gateway meter's on_busy: the clock is paused (a pause row) from its first request in flight
+    to its last one's end. Scoring-time model calls are the harness's, not the agent's, time."""
+    open_pause: list[tuple[PauseInterval, int]] = []
+
+    def busy(on: bool) -> None:
+        if on and not open_pause and clock.started_at is not None and clock.stopped_at is None:
+            interval = clock.pause(reason)
+            open_pause.append((interval, recorder.pause_started(interval)))
+        elif not on and open_pause:
+            interval, row = open_pause.pop()
+            clock.resume(interval)
+            recorder.pause_ended(row, interval)
+
+    return busy
 
 
 class AttemptRunner:
@@ -280,6 +301,7 @@ class AttemptRunner:
             try:
                 if gateway is not None:
                     await gateway.start()
+                    gateway.on_scorer_busy(_pause_while_busy(clock, recorder, SCORER_MODEL_PAUSE))
                 await install_environment(sandbox, self.env, profile_name, assets)
                 if gateway is not None:
                     await gateway.install(sandbox)

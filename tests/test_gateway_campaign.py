@@ -97,7 +97,7 @@ def test_unknown_env_param_is_one_line_naming_the_allowed_keys(fixture_envs: Pat
     code, _out, err = run_replay(tmp_path, db_path, "--env-param", "budget=3")
     assert code == 2
     assert err.strip().splitlines() == [
-        "error: unknown --env-param 'budget' for gateway_echo (tiny); allowed: credit, expected_prefix"]
+        "error: unknown --env-param 'budget' for gateway_echo (tiny); allowed: credit, expected_prefix, scorer_sleep"]
     assert not db_path.exists() or rows(db_path, "select count(*) from attempts") == [(0,)]
     code, _out, err = run_replay(tmp_path, db_path, "--env-param", "credit=lots")
     assert code == 2 and "credit='lots'" in err
@@ -121,3 +121,18 @@ def test_noise_measurement_scores_through_an_unmetered_gateway(fixture_envs: Pat
     summary = api.measure_noise(env, "tiny", "local", n=2, db=db_path)
     assert (summary.start_mean, summary.reference_mean) == (0.0, 1.0)
     assert rows(db_path, "select count(*) from gateway_requests") == [(0,)]  # no attempt to meter against
+
+
+def test_the_scorers_model_calls_are_paused_time(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
+    """Agent calls count as working time (its code waits on them, as in RE-Bench); the scorer's calls,
+    made while a score call runs, stop the clock (a `scorer-model` pause), so a slow judge costs the
+    agent nothing."""
+    code, _out, err = run_replay(tmp_path, db_path, "--env-param", "scorer_sleep=1.5")
+    assert code == 0, err
+    (status, final_raw, wall, working), = rows(db_path, "select status, final_raw, wall_s, working_s from attempts")
+    assert status == "done" and final_raw == 1.0
+    paused = [length for (length,) in rows(db_path, "select end_s - start_s from pauses "
+                                                     "where reason = 'scorer-model' order by id")]
+    assert len(paused) == 2 and all(length >= 1.4 for length in paused)  # the baseline's and the score call's
+    setup = rows(db_path, "select end_s from pauses where reason = 'setup'")[0][0]
+    assert wall - working >= setup + paused[1] - 0.2  # the score call's model wait did not count

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from rebench.environments.metadata import Gateway
@@ -101,6 +102,11 @@ class AttemptGateway:
             await self.server.start_unix(self.socket_path)
         else:
             await self.server.start_tcp("127.0.0.1", 0)
+
+    def on_scorer_busy(self, callback: Callable[[bool], None]) -> None:
+        """Tell `callback` when the scorer's meter starts (True) and stops (False) waiting on the model."""
+        assert self.server is not None, "start() first"
+        self.server.meters["scorer"].on_busy = callback
 
     async def install(self, sandbox: Sandbox) -> None:
         """Write api.env (agent) and gateway.env (scorer) into the sandbox."""

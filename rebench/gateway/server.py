@@ -19,6 +19,7 @@ import contextlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ class Meter:
     token: str = field(default_factory=lambda: "rbgw-" + secrets.token_urlsafe(24))
     spent_usd: float = 0.0
     requests: int = 0
+    in_flight: int = 0
+    on_busy: Callable[[bool], None] | None = None
+    """Told when the meter's first request starts (True) and its last one ends (False): the runner
+    stops the attempt clock while the scorer waits on the model."""
     slots: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +59,11 @@ class Meter:
     @property
     def credit_left(self) -> bool:
         return self.credit_usd is None or self.spent_usd < self.credit_usd
+
+    def busy(self, change: int) -> None:
+        self.in_flight += change
+        if self.on_busy is not None and self.in_flight == (1 if change > 0 else 0):
+            self.on_busy(change > 0)
 
 
 class _TooLarge(Exception):
@@ -258,6 +268,7 @@ class GatewayServer:
             meter.requests += 1
             call = self.upstream.chat if endpoint == "chat" else self.upstream.completions
             task = asyncio.ensure_future(call(request))
+            meter.busy(+1)
             try:
                 return await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
             except UpstreamError as exc:
@@ -268,6 +279,8 @@ class GatewayServer:
             except Exception as exc:
                 raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
         finally:
+            if task is not None:
+                meter.busy(-1)
             if task is None or task.done():
                 meter.slots.release()
             else:
