@@ -231,16 +231,22 @@ class AttemptRunner:
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
                 network=profile.network if self.network is None else self.network,
             ).model_copy(update=hooks.spec_update)
-            if profile.gateway is not None and hooks.reattach is None and not spec.keep_alive:
-                # (a keep-alive human sandbox outlives this process, and so would need a gateway that does)
+            if profile.gateway is not None:
+                # A keep-alive (human) sandbox outlives this process: its gateway keeps its socket and
+                # tokens in the gate folder, for the gateway of the next supervisor to serve again.
+                keep_state = Path(spec.gate_dir) if spec.keep_alive and spec.gate_dir else None
                 gateway = AttemptGateway(self.store, attempt_id, self.env, profile.gateway,
                                          assets=assets_dir(self.env, profile_name, build=False),
-                                         unix=self.backend != "local", credit_usd=self.gateway_credit_usd)
+                                         unix=self.backend != "local", credit_usd=self.gateway_credit_usd,
+                                         state_dir=keep_state)
                 spec = gateway.sandbox_spec(spec)
             if hooks.reattach is not None:
                 self.progress(attempt_id, "reattaching to the sandbox")
                 sandbox = await hooks.reattach(spec)
                 clock.start()
+                if gateway is not None:
+                    await gateway.start()
+                    gateway.on_scorer_busy(_pause_while_busy(clock, recorder, SCORER_MODEL_PAUSE))
             else:
                 sandbox = await self._prepare(attempt_id, profile_name, spec, clock, recorder, hooks, gateway)
             ctx = AttemptContext(

@@ -306,3 +306,36 @@ def test_anthropic_upstream_through_the_providers_client(store: Store, monkeypat
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 2)
     assert sent["model"] == "claude-x" and sent["system"][0]["text"] == "be brief"
     assert [(r.status, r.cost_usd) for r in rows(store)] == [(200, pytest.approx((11 * 1000 + 2 * 2000) / 1e6))]
+
+
+def test_a_new_gateway_of_the_same_attempt_keeps_its_tokens_and_spending(store: Store) -> None:
+    """A human attempt's next supervisor starts a new gateway: the expert's token (in the sandbox's
+    api.env) goes on working and what was spent before still counts against the credit."""
+    config = gateway(credit_usd=0.03)
+    model = TinyModel()
+    attempt_id = attempt_row(store)
+
+    async def ask(server: GatewayServer, url: str) -> int:
+        try:
+            await client(url, server.meters["agent"].token).chat.completions.create(
+                model="tiny-1", messages=[{"role": "user", "content": "hi"}])
+            return 200
+        except openai.RateLimitError as exc:
+            return exc.status_code
+
+    async def one_gateway(tokens: dict[str, str] | None, asks: int) -> tuple[dict[str, str], list[int]]:
+        server = GatewayServer(config, LocalUpstream(model, config.model, config.max_tokens), store=store,
+                               attempt_id=attempt_id, price=upstream_price(config))
+        if tokens:
+            server.use_tokens(tokens)
+        url = f"http://127.0.0.1:{await server.start_tcp()}/v1"
+        try:
+            return {n: m.token for n, m in server.meters.items()}, [await ask(server, url) for _ in range(asks)]
+        finally:
+            await server.close()
+
+    # one request costs 0.017 USD: the credit covers two, one before the new gateway and one after
+    tokens, first = asyncio.run(one_gateway(None, 1))
+    again, second = asyncio.run(one_gateway(tokens, 2))
+    assert first == [200] and second == [200, 429]
+    assert again == tokens

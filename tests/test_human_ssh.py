@@ -202,6 +202,46 @@ def test_dead_supervisor_attach_then_stop(human: Human) -> None:
     assert seqs == sorted(set(seqs))  # the resumed log numbers on
 
 
+ASK_GATEWAY = ("python3 -c \"import json, urllib.request; "
+               "env = dict(l.strip().split('=', 1) for l in open('api.env')); "
+               "body = json.dumps({'model': env['REBENCH_GATEWAY_MODEL'], 'temperature': 0, "
+               "'messages': [{'role': 'user', 'content': 'hello'}]}).encode(); "
+               "r = urllib.request.Request(env['OPENAI_BASE_URL'] + '/chat/completions', data=body, "
+               "headers={'Authorization': 'Bearer ' + env['OPENAI_API_KEY']}); "
+               "print(json.loads(urllib.request.urlopen(r, timeout=20).read())['choices'][0]['message']['content'])\"")
+
+
+def test_an_expert_reaches_the_environments_model_and_keeps_it_across_a_new_supervisor(human: Human) -> None:
+    """An environment with a model gateway gives the expert what it gives agents (api.env, one
+    token, the metered model, no network), and a new supervisor serves the same token and goes on
+    counting the same credit."""
+    built = run_cli("envs", "build", "gateway_echo", "--profile", "tiny", "--backend", "docker",
+                    env={"REBENCH_ENVIRONMENTS": str(human.envs)}, timeout=900)
+    assert built.returncode == 0, built.stderr
+    result = human.cli("human", "start", "--env", "gateway_echo", "--profile", "tiny", "--budget", "10m",
+                       "--name", "Grace Hopper", "--key", f"{human.key}.pub", "--json")
+    assert result.returncode == 0, result.stderr
+    started = json.loads(result.stdout)
+    human.attempt_id, human.port = started["attempt_id"], started["port"]
+    assert human.ssh("task start").returncode == 0
+    first = human.ssh(ASK_GATEWAY)
+    assert first.returncode == 0 and first.stdout.strip() == "echo hello", first.stderr
+    assert human.ssh("curl -sS -m 3 http://192.0.2.1/ || python3 -c \"import socket; "
+                     "socket.create_connection(('192.0.2.1', 80), 3)\"").returncode != 0  # no other route
+    (pid,), = human.rows("select supervisor_pid from human_sessions")
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1)
+    attached = human.cli("human", "attach", str(human.attempt_id))
+    assert attached.returncode == 0, attached.stderr
+    again = human.ssh(ASK_GATEWAY)  # the token in api.env still works
+    assert again.returncode == 0 and again.stdout.strip() == "echo hello", again.stderr
+    assert human.rows("select meter, status from gateway_requests where meter = 'agent' order by id") == [
+        ("agent", 200), ("agent", 200)]
+    stopped = human.cli("human", "stop", str(human.attempt_id))
+    assert stopped.returncode == 0, stopped.stderr
+    assert human.status() == "done"
+
+
 def test_ctrl_c_detaches_a_foreground_supervisor_and_stop_ends_the_attempt(human: Human) -> None:
     """The operator's Ctrl-C (or closed terminal) leaves the attempt running; `stop` with no live
     supervisor reattaches by itself and ends it."""

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rebench.environments.metadata import Gateway
 from rebench.environments.registry import Environment
@@ -33,6 +36,7 @@ GATEWAY_PORT = 4141
 SOCKET_NAME = "gateway.sock"
 API_ENV = "api.env"
 GATEWAY_ENV = "gateway.env"
+STATE_FILE = "gateway.json"
 
 
 def check_gateway(gateway: Gateway | None) -> None:
@@ -56,7 +60,8 @@ class AttemptGateway:
     """One attempt's gateway. `unix=True`: serve a Unix socket for a container's forwarder."""
 
     def __init__(self, store: Store | None, attempt_id: int, env: Environment, gateway: Gateway, *,
-                 assets: Path | None, unix: bool, credit_usd: float | None = None) -> None:
+                 assets: Path | None, unix: bool, credit_usd: float | None = None,
+                 state_dir: Path | None = None) -> None:
         self.store = store
         self.attempt_id = attempt_id
         self.env = env
@@ -64,8 +69,21 @@ class AttemptGateway:
         self.assets = assets
         self.credit_usd = credit_usd
         self.unix = unix
-        self.socket_dir: Path | None = Path(tempfile.mkdtemp(prefix="rbgw-")) if unix else None
+        self.state_file = state_dir / STATE_FILE if state_dir is not None else None
+        """A human attempt's gateway outlives no process, but its sandbox does: the next supervisor's
+        gateway serves the same socket with the same tokens (kept here, in the host's gate folder)."""
+        saved = self._saved()
+        self.socket_dir: Path | None = None
+        if unix:
+            self.socket_dir = Path(saved["socket_dir"]) if saved else Path(tempfile.mkdtemp(prefix="rbgw-"))
+            self.socket_dir.mkdir(mode=0o700, exist_ok=True)
         self.server: GatewayServer | None = None
+
+    def _saved(self) -> dict[str, Any] | None:
+        if self.state_file is None or not self.state_file.is_file():
+            return None
+        data: dict[str, Any] = json.loads(self.state_file.read_text())
+        return data
 
     @classmethod
     def unmetered(cls, env: Environment, profile: str, backend: str) -> AttemptGateway | None:
@@ -98,7 +116,17 @@ class AttemptGateway:
         upstream = await asyncio.to_thread(make_upstream, self.gateway, self.env.root, self.assets)
         self.server = GatewayServer(self.gateway, upstream, store=self.store, attempt_id=self.attempt_id,
                                     price=upstream_price(self.gateway), credit_usd=self.credit_usd)
+        saved = self._saved()
+        if saved:
+            self.server.use_tokens(saved["tokens"])
+        elif self.state_file is not None:
+            state = {"socket_dir": str(self.socket_dir) if self.socket_dir else None,
+                     "tokens": {name: meter.token for name, meter in self.server.meters.items()}}
+            self.state_file.write_text(json.dumps(state))
+            self.state_file.chmod(0o600)
         if self.socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)  # left by a supervisor that died
             await self.server.start_unix(self.socket_path)
         else:
             await self.server.start_tcp("127.0.0.1", 0)
@@ -118,9 +146,16 @@ class AttemptGateway:
         await sandbox.write_file(sandbox.paths.in_protected(GATEWAY_ENV), env_file(self.base_url, scorer, model),
                                  user="root", mode=0o640)
 
-    async def close(self) -> None:
+    async def close(self, *, keep: bool = False) -> None:
+        """Stop serving; `keep`: the sandbox lives on (a human attempt's supervisor detaching), so its
+        socket folder and tokens stay for the next gateway."""
         if self.server is not None:
             await self.server.close()
+        if keep:
+            return
+        if self.state_file is not None:
+            with contextlib.suppress(OSError):
+                self.state_file.unlink()
         if self.socket_dir is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(self.socket_dir)

@@ -99,8 +99,31 @@ class GatewayServer:
         }
         self._by_token = {m.token: m for m in self.meters.values()}
         self._servers: list[asyncio.Server] = []
+        self.resume_spending()
         self._connections: set[asyncio.StreamWriter] = set()
         self.port: int | None = None
+
+    def use_tokens(self, tokens: dict[str, str]) -> None:
+        """Take over the meters' tokens of an earlier gateway of this attempt (a human attempt's new
+        supervisor: the sandbox's files and the expert's running code hold the old ones)."""
+        for name, token in tokens.items():
+            if name in self.meters:
+                self.meters[name].token = token
+        self._by_token = {m.token: m for m in self.meters.values()}
+
+    def resume_spending(self) -> None:
+        """What this attempt's meters spent before (an earlier process's gateway): the credit goes on."""
+        if self.store is None:
+            return
+        from sqlalchemy import func, select
+
+        with self.store.session() as session:
+            spent = session.execute(select(GatewayRequest.meter, func.sum(GatewayRequest.cost_usd))
+                                    .where(GatewayRequest.attempt_id == self.attempt_id)
+                                    .group_by(GatewayRequest.meter)).all()
+        for name, total in spent:
+            if name in self.meters:
+                self.meters[name].spent_usd = float(total or 0.0)
 
     # -- lifecycle -------------------------------------------------------------
     async def start_tcp(self, host: str = "127.0.0.1", port: int = 0) -> int:
