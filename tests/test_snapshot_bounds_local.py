@@ -145,7 +145,8 @@ def test_caps_come_from_the_profile_and_bad_ones_are_one_line_errors(tmp_path: P
         metadata = load_metadata(toml)
         assert metadata.profile("tiny").snapshot.max_bytes == 1 << 30, toml
         assert metadata.profile("tiny").snapshot.max_files == 100_000, toml
-        assert metadata.profile("paper").snapshot.max_bytes >= 2 * gpt2_xl_fp32, toml
+        if metadata.profile("paper").resources.gpus:  # an environment that trains models keeps checkpoints
+            assert metadata.profile("paper").snapshot.max_bytes >= 2 * gpt2_xl_fp32, toml
     bad = tmp_path / "environment.toml"
     base = (FIXTURES / "vault" / "environment.toml").read_text()
     for value, shown in (('{ max_bytes = "lots" }', "'lots'"), ("{ max_files = 0 }", "max_files"),
