@@ -276,6 +276,23 @@ def test_ctrl_c_detaches_a_foreground_supervisor_and_stop_ends_the_attempt(human
     assert shown.returncode == 0 and "done" in shown.stdout and "pause (waiting)" in shown.stdout
 
 
+def test_a_timing_profile_is_calibrated_before_the_expert_starts(human: Human) -> None:
+    """As `rebench run` does for agents: on a machine without anchors for a hardware-dependent
+    profile, `human start` measures them first, so the expert's score is normalized on this machine."""
+    built = run_cli("envs", "build", "counter", "--profile", "rescore", "--backend", "docker",
+                    env={"REBENCH_ENVIRONMENTS": str(human.envs)}, timeout=900)
+    assert built.returncode == 0, built.stderr
+    result = human.cli("human", "start", "--env", "counter", "--profile", "rescore", "--budget", "10m",
+                       "--name", "Ada Lovelace", "--key", f"{human.key}.pub", "--json")
+    assert result.returncode == 0, result.stderr
+    human.attempt_id = json.loads(result.stdout)["attempt_id"]
+    assert "no calibration: measuring" in result.stderr
+    assert human.rows("select environment, profile from calibrations") == [("counter", "rescore")]
+    stopped = human.cli("human", "stop", str(human.attempt_id))
+    assert stopped.returncode == 0, stopped.stderr
+    assert human.rows("select anchors_kind from attempts") == [("calibrated",)]
+
+
 def test_start_whose_supervisor_dies_leaves_nothing_behind(human: Human) -> None:
     """The supervisor killed while it takes the baseline score (made slow here): `start` says so in one
     line, exits 2, and no container, supervisor or gate folder is left; the row says why."""

@@ -25,6 +25,7 @@ from sqlalchemy import select
 
 from rebench.budget import parse_duration
 from rebench.campaign import pid_alive
+from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.human.clock import restore_clock
 from rebench.human.supervisor import log_path, supervise
@@ -134,6 +135,18 @@ def _check_docker(backend: str, env_name: str, profile: str) -> None:
     current_environment_image(EnvironmentRegistry().get(env_name), profile, DockerEngine.connect())
 
 
+def _calibrate_if_needed(store: Store, env: Environment, profile: str) -> None:
+    """A timing profile is normalized with this machine's anchors, for experts as for agents: on a
+    machine without them, measure them first, as `rebench run` does (before any row is written)."""
+    from rebench import api
+    from rebench.calibration import resolve_anchors
+
+    if env.profile(profile).hardware_dependent and resolve_anchors(store, env, profile).kind == "declared":
+        print(f"{env.name} scores are timings and this machine has no calibration: measuring the starting "
+              "and reference solutions first", file=sys.stderr, flush=True)
+        api.calibrate(env, profile, backend="docker", db=store, build=False)
+
+
 def plan_human(store: Store, *, environment: str, profile: str, budget: str, name: str, key: Path,
                bind: str = LOOPBACK, port: int = 0, backend: str = "docker", gpus: list[int] | None = None) -> int:
     """Check everything, then write the attempt row and its HumanSession at once (state `starting`)."""
@@ -155,6 +168,7 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
     _check_port(address, port)
     _check_docker(backend, env.name, profile)
     preflight.check(env, profile, "run", gpus=gpus or [], backend="docker")
+    _calibrate_if_needed(store, env, profile)
     from rebench.sandbox.docker.ssh import key_fingerprint
 
     gate_dir = tempfile.mkdtemp(prefix="rbh-")
