@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rebench.human_time import corrected_at, merge
+from rebench.human.worktime import corrected_at, merge
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.models import Attempt, AttemptStatus, Event, EventKind, Pause, PauseCorrection

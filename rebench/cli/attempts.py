@@ -32,8 +32,8 @@ def _human_fields(session: Session, a: Attempt, human: HumanSession | None) -> d
     """A human attempt's expert and its working time with pause corrections (`rebench human adjust`)."""
     if human is None:
         return {}
-    from rebench.human_audit import clock_rows
-    from rebench.human_time import working_time
+    from rebench.human.audit import clock_rows
+    from rebench.human.worktime import working_time
 
     pauses, corrections = clock_rows(session, a.id)
     spent = working_time(a, pauses, corrections, human)
@@ -192,7 +192,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
 def _human_detail(session: Session, attempt: Attempt, human: HumanSession) -> dict[str, Any]:
     """`attempts show` of a human attempt: the expert, how they connected, the pause corrections
     (who, why) and the SSH sessions with where each recording is stored."""
-    from rebench.human_audit import clock_rows, ssh_sessions
+    from rebench.human.audit import clock_rows, ssh_sessions
 
     _, corrections = clock_rows(session, attempt.id)
     return {
@@ -223,7 +223,7 @@ def _print_human(detail: dict[str, Any]) -> None:
                                 format_duration(c["end_s"] - c["start_s"]), Text(c["author"]), Text(c["reason"]),
                                 f"{c['created_at']:%Y-%m-%d %H:%M}")
         console.print(corrections)
-    from rebench.human_audit import session_lines
+    from rebench.human.audit import session_lines
 
     console.print("SSH sessions and their recordings (play one: rebench human replay ID --session N):"
                   if detail["recordings"] else "no SSH sessions", highlight=False)

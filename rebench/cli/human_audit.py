@@ -1,6 +1,6 @@
 """`rebench human adjust|replay`: audited corrections of a human attempt's clock, and its recordings.
 
-The logic is in rebench.human_audit (and rebench.human_time for working time); this is the shell.
+The logic is in rebench.human.audit (and rebench.human.worktime for working time); this is the shell.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def adjust_command(
     json_output: JsonOption = False,
 ) -> None:
     """Add a pause to a human attempt after the fact, with who and why; the recorded clock stays as it was."""
-    from rebench.human_audit import adjust, span_text
+    from rebench.human.audit import adjust, span_text
 
     store = open_store(db)
     with store.session() as session:
@@ -65,7 +65,7 @@ def replay_command(
     json_output: JsonOption = False,
 ) -> None:
     """List a human attempt's SSH sessions, or play one session's terminal recording."""
-    from rebench.human_audit import human_attempt, session_lines, ssh_sessions
+    from rebench.human.audit import human_attempt, session_lines, ssh_sessions
     from rebench.sandbox.cast import play_cast
 
     if not speed > 0:

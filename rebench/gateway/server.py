@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -135,8 +136,6 @@ class GatewayServer:
     async def start_unix(self, path: str) -> None:
         server = await asyncio.start_unix_server(self._serve, path)
         self._servers.append(server)
-        import os
-
         os.chmod(path, 0o666)  # root in the container connects; the folder itself is root-only there
 
     async def close(self) -> None:

@@ -24,7 +24,7 @@ from rebench.calibration import ResolvedAnchors, resolve_anchors
 from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
-from rebench.human_time import corrected_at, working_time
+from rebench.human.worktime import corrected_at, working_time
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
 from rebench.store import Attempt, ScoreEvent, Store

@@ -71,6 +71,14 @@ def _ppid(pid: int) -> int:
     return int(data[data.rfind(b")") + 2 :].split()[1])
 
 
+def _read(fd: int) -> bytes:
+    """One chunk from `fd`; b"" at its end or when it failed (the peer is gone either way)."""
+    try:
+        return os.read(fd, CHUNK)
+    except OSError:
+        return b""
+
+
 def _write_all(fd: int, data: bytes) -> bool:
     view = memoryview(data)
     while view:
@@ -364,10 +372,7 @@ class Session:
             while True:
                 ready, _, _ = select.select([master], [], [], 0.2)
                 if ready:
-                    try:
-                        data = os.read(master, CHUNK)
-                    except OSError:
-                        data = b""
+                    data = _read(master)
                     if not data:
                         break
                     self.bytes_out += len(data)
@@ -388,10 +393,7 @@ class Session:
 
     def _pty_input(self, outer_in: int, master: int) -> None:
         while True:
-            try:
-                data = os.read(outer_in, CHUNK)
-            except OSError:
-                data = b""
+            data = _read(outer_in)
             if not data:
                 self._kill(signal.SIGHUP)  # the client hung up
                 return
@@ -419,10 +421,7 @@ class Session:
     def _pipe_input(self, outer_in: int, stdin: object) -> None:
         fd = stdin.fileno()  # type: ignore[attr-defined]
         while True:
-            try:
-                data = os.read(outer_in, CHUNK)
-            except OSError:
-                data = b""
+            data = _read(outer_in)
             if not data or not _write_all(fd, data):
                 break
             self.bytes_in += len(data)
@@ -434,10 +433,7 @@ class Session:
     def _pipe_output(self, stream: object, fd: int) -> None:
         source = stream.fileno()  # type: ignore[attr-defined]
         while True:
-            try:
-                data = os.read(source, CHUNK)
-            except OSError:
-                data = b""
+            data = _read(source)
             if not data:
                 return
             self.bytes_out += len(data)
