@@ -24,7 +24,7 @@ import shlex
 import time
 from typing import Any
 
-from rebench.agents.aide import prompts
+from rebench.agents.aide import BEST_NOTE, prompts
 from rebench.agents.aide.reply import parse_reply
 from rebench.agents.aide.settings import AideSettings
 from rebench.agents.aide.tree import Node, Step, Tree, diff
@@ -37,7 +37,6 @@ START_LIST = ("find . -type f -size -256k -not -path '*/.*' -not -path '*/__pyca
 RESTORE_MARGIN_S = 5.0
 """Time kept back at the end for putting the best node back in place."""
 REVIEW_OUTPUT_TOKENS = 2_048
-BEST_NOTE = "aide: best node restored"
 
 
 class AideAgent:
@@ -214,6 +213,10 @@ def _joined(stdout: str, stderr: str) -> str:
 
 
 def _main_file(start: dict[str, str]) -> str:
+    """Where an unnamed code block goes: the starting solution's only file, else its only top-level
+    .py file, else solution.py."""
+    if len(start) == 1:
+        return next(iter(start))
     python = [p for p in start if p.endswith(".py") and "/" not in p]
     return python[0] if len(python) == 1 else "solution.py"
 
