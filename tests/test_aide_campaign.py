@@ -126,3 +126,56 @@ def test_tree_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 2 and "--tree draws the attempt's solution tree into report.html: give --out DIR" in err
     code, _, err = run_main(["report", "--db", str(db), "--tree", "99", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "no attempt with id 99" in err
+
+
+BROKEN_DRAFT = '''import numpy as np
+
+
+def prefix_sum(x):
+    # forgot `import torch`: every call fails with a NameError
+    return torch.cumsum(x, dim=0).to(torch.int32)
+'''
+CHECK = "python -c \"import torch, solution; print(solution.prefix_sum(torch.arange(-3, 5, dtype=torch.int32)))\""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_kernel_tiny_attempt_debugs_a_broken_draft_improves_and_ends_on_the_best_node(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The issue's done-when run on triton_cumsum (tiny): draft 1 is broken on purpose, its debug (node 2)
+    is the one-pass Numba solution, and the improvement (node 3) goes back to the slow PyTorch start,
+    so node 2 must be the solution the attempt ends with. Declared anchors (no calibration): the test
+    is about the tree and the final solution, not the normalized number."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("REBENCH_ENVIRONMENTS", str(REPO / "environments"))
+    fast = (REPO / "environments/triton_cumsum/reference/solution.py").read_text()
+    slow = (REPO / "environments/triton_cumsum/workspace/solution.py").read_text()
+    model_server.add(
+        written("solution.py", BROKEN_DRAFT, "Draft: PyTorch's cumsum, narrowed to int32.", run=CHECK),
+        review(True, "NameError: torch is not imported."),
+        written("solution.py", fast, "One pass with Numba carrying the parity and the sum.", run=CHECK),
+        review(False, "Valid and fast."),
+        written("solution.py", slow, "Try PyTorch ops instead of the loop.", run=CHECK),
+        review(False, "Valid but slower."),
+    )
+    db = tmp_path / "kernel.db"
+    code, _, err = run_main(run_args(model_server, "triton_cumsum", "aide", db, "--profile", "tiny",
+                                     "--no-calibrate", "--final-rule", "best", "--agent-arg", "num_drafts=1",
+                                     "--agent-arg", "debug_prob=1", "--agent-arg", "max_steps=3", budget="10m"),
+                            capsys)
+    assert code == 0, err
+    (attempt,) = rows(db, "select * from attempts")
+    assert attempt["status"] == "done" and attempt["submitted"] == 1, attempt["error_message"]
+    nodes = [json.loads(r["data"]) for r in rows(db, "select data from events where kind = 'aide_node' order by seq")]
+    assert [(n["node"], n["parent"], n["step"], n["buggy"]) for n in nodes] == [
+        (1, None, "draft", True), (2, 1, "debug", False), (3, 2, "improve", False)]
+    assert "NameError" in nodes[0]["output_tail"] and nodes[0]["score_valid"] is False
+    assert nodes[1]["score"] < nodes[2]["score"], "the Numba pass must beat the PyTorch start"
+    assert snapshot_file(attempt, "solution.py") == fast, "the attempt ends on the best node's solution"
+    scores = [r["raw"] for r in rows(db, f"select raw from score_events where attempt_id = {attempt['id']} "
+                                         "and kind = 'intermediate' and valid order by id")]
+    assert min(scores) == nodes[1]["score"] == attempt["final_raw"]
+    assert attempt["input_tokens"] > 0 and attempt["output_tokens"] > 0 and attempt["cost_usd"] > 0
+    assert len(rows(db, "select id from events where kind = 'model_call'")) == 6
