@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rebench.agents.aide.agent import BEST_NOTE, create_agent
+from rebench.agents.aide import BEST_NOTE
+from rebench.agents.aide.agent import create_agent
 from rebench.agents.aide.reply import parse_reply
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded
 from rebench.errors import RebenchError
@@ -31,7 +32,7 @@ def value_scorer(ctx_box: list[ScratchContext], visible: bool = True) -> Any:
         scope: dict[str, Any] = {}
         try:
             exec(source, scope)
-        except Exception as exc:  # noqa: BLE001 - any failure makes the solution invalid
+        except Exception as exc:  # any failure makes the solution invalid
             return {"valid": False, "message": {"error": repr(exc)}}
         shown: dict[str, Any] = {"valid": True, "message": {}}
         if visible:
@@ -102,7 +103,8 @@ def test_a_broken_draft_is_debugged_then_improved_and_the_best_node_ends_in_plac
     assert (Path(ctx.paths.solution) / "solution.py").read_text() == "VALUE = 3.0\n"
     note = [d for k, d in ctx.events if k == "note" and d["message"] == BEST_NOTE]
     assert note[0]["data"]["node"] == 2 and ctx.submitted.is_set()
-    assert [d["feedback"].get("score") for k, d in ctx.events if k == "score"][-1] == 5.0, "no score call after restoring by score"
+    scores = [d["feedback"].get("score") for k, d in ctx.events if k == "score"]
+    assert scores == [None, 3.0, 5.0], "ranked by score: no score call after restoring"
     # the debug prompt carried the broken node's output, the improve prompt the node it improves
     debug_prompt, improve_prompt = model_server.requests[2].text, model_server.requests[4].text
     assert "SyntaxError" in debug_prompt and "The file does not parse." in debug_prompt

@@ -179,3 +179,13 @@ def test_kernel_tiny_attempt_debugs_a_broken_draft_improves_and_ends_on_the_best
     assert min(scores) == nodes[1]["score"] == attempt["final_raw"]
     assert attempt["input_tokens"] > 0 and attempt["output_tokens"] > 0 and attempt["cost_usd"] > 0
     assert len(rows(db, "select id from events where kind = 'model_call'")) == 6
+
+
+def test_aide_without_a_model_is_a_one_line_error(
+    fixture_envs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = tmp_path / "r.db"
+    code, _, err = run_main(["run", "--env", "counter", "--agent", "modular,aide", "--budget", "1m",
+                             "--backend", "local", "--db", str(db)], capsys)
+    assert code == 2 and "agent 'modular' needs --model provider/model" in " ".join(err.split())
+    assert len(err.strip().splitlines()) <= 3 and not db.exists()
