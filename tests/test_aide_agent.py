@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from rebench.agents.aide import BEST_NOTE
 from rebench.agents.aide.agent import create_agent
 from rebench.agents.aide.reply import parse_reply
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded
 from rebench.errors import RebenchError
+from rebench.store.models import Pause
 from tests.fake_model_server import FakeModelServer
 from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 from tests.scratch_context import ScratchContext
@@ -193,3 +195,17 @@ def test_bad_agent_args_are_one_line_errors(args: dict[str, str], expected: str)
     with pytest.raises(RebenchError) as error:
         create_agent(config)
     assert str(error.value).startswith(expected) and "\n" not in str(error.value)
+
+
+def test_provider_retries_pause_the_clock_as_for_the_modular_agent(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path,
+) -> None:
+    model_server.add({"status": 429, "retry_after": 0.2}, solution("1.0"), {"status": 529}, review(False, "one"))
+    ctx = make_ctx(tmp_path, model_server, "anthropic", max_steps="1", retry_base_s="0.1")
+    asyncio.run(create_agent(ctx.config).run(ctx))
+    assert ctx.kinds().count("provider-retry") == 2 and len(ctx.usages) == 2
+    with ctx.store.session() as session:
+        pauses = list(session.scalars(select(Pause)))
+    assert [p.reason for p in pauses] == ["provider-retry", "provider-retry"]
+    assert all(p.end_s is not None and p.end_s > p.start_s for p in pauses)
+    assert nodes(ctx)[0]["metric"] == 1.0
