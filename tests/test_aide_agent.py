@@ -46,11 +46,11 @@ def value_scorer(ctx_box: list[ScratchContext], visible: bool = True) -> Any:
 
 def make_ctx(tmp_path: Path, server: FakeModelServer, provider: str = "openai-compatible", *,
              visible: bool = True, final_score: str = "best", token_limit: int | None = None,
-             **args: str) -> ScratchContext:
+             budget_s: float = 300, **args: str) -> ScratchContext:
     config = AgentConfig(name="aide", args=args, token_limit=token_limit,
                          **model_for(provider, server))  # type: ignore[arg-type]
     box: list[ScratchContext] = []
-    ctx = ScratchContext(tmp_path, config, budget_s=300, scorer=value_scorer(box, visible),
+    ctx = ScratchContext(tmp_path, config, budget_s=budget_s, scorer=value_scorer(box, visible),
                          instructions="Make VALUE in solution.py as small as you can.")
     box.append(ctx)
     ctx.environment = EnvironmentInfo(name="scratch", title="Scratch task", version="0", profile="tiny",
@@ -209,3 +209,17 @@ def test_provider_retries_pause_the_clock_as_for_the_modular_agent(
     assert [p.reason for p in pauses] == ["provider-retry", "provider-retry"]
     assert all(p.end_s is not None and p.end_s > p.start_s for p in pauses)
     assert nodes(ctx)[0]["metric"] == 1.0
+
+
+def test_a_step_that_cannot_finish_before_the_end_is_not_started(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path,
+) -> None:
+    """Steps take about 3 s (their run command sleeps); with 10 s of budget and 5 s kept back for
+    restoring, a second step would end past what is left, so it is not started: the attempt
+    never ends on a half-made node."""
+    model_server.add(*[step for value in ("2.0", "1.0", "0.5")
+                       for step in (solution(value, run="sleep 3"), review(False, value))])
+    ctx = make_ctx(tmp_path, model_server, budget_s=10, num_drafts="5")
+    asyncio.run(create_agent(ctx.config).run(ctx))
+    assert [n["metric"] for n in nodes(ctx)] == [2.0] and len(model_server.requests) == 2
+    assert ctx.submitted.is_set() and ctx.elapsed_s() < 10

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import random
 import shlex
-import time
 from typing import Any
 
 from rebench.agents.aide import BEST_NOTE, prompts
@@ -49,6 +48,10 @@ class AideAgent:
         self.on_disk: dict[str, str | None] = {}
         """What this agent last wrote per path (None: removed), so restoring writes only what differs."""
         self.longest_score_s = 0.0
+        self.longest_review_s = 0.0
+        self.step_s: list[float] = []
+        """Working seconds of each finished step: a step that cannot finish before the end is not started,
+        so the attempt never ends on a half-made node instead of the best one."""
 
     def rank(self, ctx: AgentContext) -> str:
         """What ranks nodes: the score where it is shown and the best one counts, else the review's metric."""
@@ -67,10 +70,12 @@ class AideAgent:
             main_file = settings.main_file or _main_file(self.start)
             try:
                 while settings.max_steps is None or len(tree.nodes) < settings.max_steps:
-                    if ctx.remaining_s() <= self._reserve_s(ctx):
+                    if ctx.remaining_s() <= self._reserve_s(ctx) + self.typical_step_s():
                         break
                     kind, parent = tree.next_step(settings, rng)
+                    began = ctx.elapsed_s()
                     node = await self._step(ctx, model.caller, tree, kind, parent, main_file)
+                    self.step_s.append(ctx.elapsed_s() - began)
                     tree.add(node)
                     self._log(ctx, tree, node)
                     best = tree.best()
@@ -81,6 +86,11 @@ class AideAgent:
                 raise
         await self._finish(ctx, tree, final_score=True)
         await ctx.submit()
+
+    def typical_step_s(self) -> float:
+        """The mean working time of the last three steps (0 before the first)."""
+        recent = self.step_s[-3:]
+        return sum(recent) / len(recent) if recent else 0.0
 
     def _reserve_s(self, ctx: AgentContext) -> float:
         final = self.longest_score_s if self.rank(ctx) == "review" else 0.0
@@ -135,9 +145,9 @@ class AideAgent:
             node.exit_code, node.timed_out = result.exit_code, result.timed_out
             node.output = prompts.cut(_joined(result.stdout, result.stderr), settings.max_shown_chars)
         if settings.score_each_node:
-            started = time.monotonic()
+            started = ctx.elapsed_s()
             feedback = await ctx.score()
-            self.longest_score_s = max(self.longest_score_s, time.monotonic() - started)
+            self.longest_score_s = max(self.longest_score_s, ctx.elapsed_s() - started)
             node.score_valid = bool(feedback.get("valid"))
             score = feedback.get("score")
             node.score = float(score) if isinstance(score, int | float) and node.score_valid else None
@@ -146,15 +156,19 @@ class AideAgent:
         return node
 
     def _exec_limit(self, ctx: AgentContext) -> float:
-        return max(1.0, min(self.settings.exec_timeout_s, ctx.remaining_s() - self._reserve_s(ctx)))
+        """A run command may take what is left once the score call and the review after it fit."""
+        after = self.longest_review_s + (self.longest_score_s if self.settings.score_each_node else 0.0)
+        return max(1.0, min(self.settings.exec_timeout_s, ctx.remaining_s() - self._reserve_s(ctx) - after))
 
     async def _review(self, ctx: AgentContext, caller: ModelCaller, node: Node) -> dict[str, Any]:
         """The second call: the model judges the run through a tool call (or a JSON object in its text)."""
         prompt = prompts.review_prompt(ctx, node, self.settings.max_shown_chars, self.rank(ctx) == "review")
+        started = ctx.elapsed_s()
         completion = await caller.complete(
             "You review the outcome of one candidate solution's run.", [Message(role="user", content=prompt)],
             [prompts.REVIEW_SPEC], max_output_tokens=min(REVIEW_OUTPUT_TOKENS, self.settings.max_output_tokens),
             turn=node.id)
+        self.longest_review_s = max(self.longest_review_s, ctx.elapsed_s() - started)
         return _review_arguments(completion)
 
     def _judge(self, ctx: AgentContext, node: Node, review: dict[str, Any]) -> None:
