@@ -223,3 +223,36 @@ def test_a_step_that_cannot_finish_before_the_end_is_not_started(
     asyncio.run(create_agent(ctx.config).run(ctx))
     assert [n["metric"] for n in nodes(ctx)] == [2.0] and len(model_server.requests) == 2
     assert ctx.submitted.is_set() and ctx.elapsed_s() < 10
+
+
+TRAIN = "import sys\nopen('model.bin', 'wb').write(b'\\x00' + sys.argv[1].encode())\n"
+
+
+def test_what_the_best_nodes_run_produced_is_put_back_with_it(
+    model_server: FakeModelServer, provider_keys: dict[str, str], prices_file: Path, tmp_path: Path,
+) -> None:
+    """Checkpoint-style environments: the submission is what the run command writes (model.bin), not
+    the node's code. The second run overwrites the checkpoint with a worse one and leaves a stray file;
+    putting node 1 back brings its checkpoint back and removes what node 2's run created."""
+    box: list[ScratchContext] = []
+
+    def checkpoint_score() -> dict[str, Any]:
+        path = Path(box[0].paths.solution) / "model.bin"
+        if not path.exists():
+            return {"valid": False, "message": {"error": "no model.bin"}}
+        return {"valid": True, "score": float(path.read_bytes()[1:]), "message": {}}
+
+    def train(value: str, extra: str = "") -> dict[str, Any]:
+        code = f"```\n# file: train.py\n{TRAIN}```"
+        return {"text": f"Train.\n\n{code}\n\n```bash\npython train.py {value}{extra}\n```\n"}
+
+    model_server.add(train("2.0"), review(False, "two"), train("6.0", " && echo x > stray.bin"), review(False, "six"))
+    ctx = make_ctx(tmp_path, model_server, num_drafts="2", max_steps="2")
+    box.append(ctx)
+    ctx._scorer = checkpoint_score
+    asyncio.run(create_agent(ctx.config).run(ctx))
+    assert [n["metric"] for n in nodes(ctx)] == [2.0, 6.0]
+    folder = Path(ctx.paths.solution)
+    assert (folder / "model.bin").read_bytes() == b"\x002.0"
+    assert not (folder / "stray.bin").exists() and (folder / "solution.py").read_text() == START
+    assert checkpoint_score()["score"] == 2.0

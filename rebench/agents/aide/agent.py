@@ -24,6 +24,7 @@ import shlex
 from typing import Any
 
 from rebench.agents.aide import BEST_NOTE, prompts
+from rebench.agents.aide.outputs import KeptOutputs
 from rebench.agents.aide.reply import parse_reply
 from rebench.agents.aide.settings import AideSettings
 from rebench.agents.aide.tree import Node, Step, Tree, diff
@@ -36,6 +37,8 @@ START_LIST = ("find . -type f -size -256k -not -path '*/.*' -not -path '*/__pyca
 RESTORE_MARGIN_S = 5.0
 """Time kept back at the end for putting the best node back in place."""
 REVIEW_OUTPUT_TOKENS = 2_048
+UNKNOWN = "\x00unknown"
+"""Stands for a file's content the agent did not write itself (never equal to a node's text)."""
 
 
 class AideAgent:
@@ -49,6 +52,7 @@ class AideAgent:
         """What this agent last wrote per path (None: removed), so restoring writes only what differs."""
         self.longest_score_s = 0.0
         self.longest_review_s = 0.0
+        self.outputs: KeptOutputs
         self.step_s: list[float] = []
         """Working seconds of each finished step: a step that cannot finish before the end is not started,
         so the attempt never ends on a half-made node instead of the best one."""
@@ -67,6 +71,9 @@ class AideAgent:
         rng = random.Random(ctx.seed)
         async with open_model(self.config, settings, ctx) as model:
             self.start = await self._read_start(ctx)
+            self.outputs = KeptOutputs(ctx)
+            if settings.keep_outputs:
+                await self.outputs.mark_start(ctx)
             main_file = settings.main_file or _main_file(self.start)
             try:
                 while settings.max_steps is None or len(tree.nodes) < settings.max_steps:
@@ -78,9 +85,12 @@ class AideAgent:
                     self.step_s.append(ctx.elapsed_s() - began)
                     tree.add(node)
                     self._log(ctx, tree, node)
+                    self.outputs.in_place = node.id
                     best = tree.best()
-                    if best is not None and best.id != node.id:
-                        await self._restore(ctx, tree, best.files)
+                    if best is not None and best.id == node.id and settings.keep_outputs:
+                        await self.outputs.save(ctx, node.id)
+                    elif best is not None and best.id != node.id:
+                        await self._put_back(ctx, tree, best)
             except (LimitExceeded, ProviderError):
                 await self._finish(ctx, tree, final_score=False)
                 raise
@@ -94,7 +104,7 @@ class AideAgent:
 
     def _reserve_s(self, ctx: AgentContext) -> float:
         final = self.longest_score_s if self.rank(ctx) == "review" else 0.0
-        return RESTORE_MARGIN_S + final
+        return RESTORE_MARGIN_S + final + self.outputs.longest_s
 
     async def _read_start(self, ctx: AgentContext) -> dict[str, str]:
         """The starting solution's small text files, shown to the model and put back where a node leaves them."""
@@ -200,11 +210,19 @@ class AideAgent:
         if gone:
             await ctx.bash("rm -f -- " + " ".join(shlex.quote(p) for p in gone), timeout=30)
 
+    async def _put_back(self, ctx: AgentContext, tree: Tree, best: Node | None) -> None:
+        """The best node's files (none: the start's), and the outputs its run left where they were kept."""
+        await self._restore(ctx, tree, best.files if best is not None else {})
+        if self.settings.keep_outputs:
+            for path in await self.outputs.put_back(ctx, best.id if best is not None else None):
+                if path in self.on_disk:  # a file nodes write, copied back: the next restore writes it again
+                    self.on_disk[path] = UNKNOWN
+
     async def _finish(self, ctx: AgentContext, tree: Tree, *, final_score: bool) -> None:
         """Put the best node (or, with none working, the starting solution) back; score it where nodes
         were ranked by the agent's own metric, so the last score call is the best node's."""
         best = tree.best()
-        await self._restore(ctx, tree, best.files if best is not None else {})
+        await self._put_back(ctx, tree, best)
         ctx.log_event("note", message=BEST_NOTE, data={"node": best.id if best is not None else None,
                                                          "metric": best.metric if best is not None else None,
                                                          "nodes": len(tree.nodes)})

@@ -33,6 +33,8 @@ class AideSettings(ModelSettings):
     """Call the environment's score tool on every node (AIDE in RE-Bench scored 36.8 times an hour)."""
     exec_timeout_s: float = Field(600.0, gt=0)
     """The most one node's run command may take; it never outlives the remaining budget."""
+    keep_outputs: bool = True
+    """Keep a copy of what the best node's run produced (checkpoints, outputs) and put it back with it."""
     main_file: str | None = None
     """Where an unnamed code block goes; None: the only .py file of the starting solution, else solution.py."""
     max_shown_chars: int = Field(24_000, ge=1_000)
