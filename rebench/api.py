@@ -333,7 +333,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     # 1. validate: nothing is built or written before every name, the agent and the model check out
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
-    _check_agent(spec.agent)
+    for agent in spec.agents:
+        _check_agent(agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)

@@ -1,4 +1,4 @@
-"""Campaigns: plan attempt rows for environments x agent x budget x k, then run them.
+"""Campaigns: plan attempt rows for environments x agents x budget x k, then run them.
 
 Planning writes every attempt row in one transaction (all or nothing). Running
 leases CPU slots and GPU ids, runs attempts with the AttemptRunner, retries an
@@ -34,7 +34,7 @@ MAX_INFRA_RETRIES = 1
 
 
 class CampaignSpec(BaseModel):
-    """What to run: every environment x `k` attempts of one agent under one budget; stored with the campaign.
+    """What to run: every environment x `k` attempts of each agent under one budget; stored with the campaign.
 
     Out-of-range values raise RebenchError (one line naming the value), not pydantic's
     ValidationError, so a bad spec fails the same way from the API and the command line.
@@ -42,6 +42,9 @@ class CampaignSpec(BaseModel):
 
     environments: list[str]
     agent: AgentConfig
+    more_agents: list[AgentConfig] = Field(
+        default_factory=list, description="further agents run beside `agent` on the same environments, budget "
+                                          "and seeds (`--agent modular,aide`), so scaffolds compare side by side")
     profile: str = "tiny"
     budget_s: float = Field(description="working time per attempt in seconds, or a duration like '30m'")
     k: int = 1
@@ -104,6 +107,29 @@ class CampaignSpec(BaseModel):
             if not key.strip():
                 raise RebenchError("invalid --env-param: an empty KEY; use KEY=VALUE")
         return params
+
+    @field_validator("more_agents")
+    @classmethod
+    def _distinct_agents(cls, more: list[AgentConfig], info: ValidationInfo) -> list[AgentConfig]:
+        first = info.data.get("agent")
+        names = ([first.name] if isinstance(first, AgentConfig) else []) + [a.name for a in more]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise RebenchError(f"agent {twice[0]!r} is named twice in --agent; name each agent once")
+        return more
+
+    @property
+    def agents(self) -> list[AgentConfig]:
+        """Every agent of the campaign, in the order given."""
+        return [self.agent, *self.more_agents]
+
+    def agent_config(self, name: str) -> AgentConfig:
+        """The configuration of the campaign's agent called `name` (an attempt row's `agent`)."""
+        for config in self.agents:
+            if config.name == name:
+                return config
+        raise RebenchError(f"agent {name!r} is not in this campaign; its agents: "
+                           f"{', '.join(a.name for a in self.agents)}")
 
     @property
     def chosen_backend(self) -> str:
@@ -173,15 +199,16 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
         session.flush()
         ids = []
         for env in envs:
-            for index in range(spec.k):
-                attempt = Attempt(
-                    campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
-                    profile=spec.profile, agent=spec.agent.name, model=spec.agent.model, budget_s=spec.budget_s,
-                    seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.chosen_backend,
-                )
-                session.add(attempt)
-                session.flush()
-                ids.append(attempt.id)
+            for agent in spec.agents:
+                for index in range(spec.k):
+                    attempt = Attempt(
+                        campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
+                        profile=spec.profile, agent=agent.name, model=agent.model, budget_s=spec.budget_s,
+                        seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.chosen_backend,
+                    )
+                    session.add(attempt)
+                    session.flush()
+                    ids.append(attempt.id)
         return campaign.id, ids
 
 
@@ -261,7 +288,7 @@ class CampaignRunner:
 
     async def run(self, campaign_id: int, spec: CampaignSpec) -> list[AttemptOutcome]:
         with self.store.session() as session:
-            queued = [(a.id, a.environment) for a in session.scalars(
+            queued = [(a.id, a.environment, a.agent) for a in session.scalars(
                 select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
                 .order_by(Attempt.id))]
         slots = asyncio.Semaphore(spec.parallel)
@@ -269,7 +296,7 @@ class CampaignRunner:
         outcomes: list[AttemptOutcome] = []
         stopped: list[str] = []
 
-        async def one(attempt_id: int, env_name: str) -> None:
+        async def one(attempt_id: int, env_name: str, agent: str) -> None:
             env = self.registry.get(env_name)
             async with slots:
                 if stopped:
@@ -277,7 +304,7 @@ class CampaignRunner:
                 needed = env.profile(spec.profile).resources.gpus
                 lease = await gpus.acquire(needed) if needed else []
                 try:
-                    outcome = await self._run_with_retry(attempt_id, env, spec, lease)
+                    outcome = await self._run_with_retry(attempt_id, env, spec, lease, spec.agent_config(agent))
                 finally:
                     await gpus.release(lease)
             if outcome.stop_campaign and not stopped:
@@ -286,7 +313,7 @@ class CampaignRunner:
             self.on_outcome(outcome)
 
         try:
-            await asyncio.gather(*(one(i, e) for i, e in queued))
+            await asyncio.gather(*(one(i, e, a) for i, e, a in queued))
         except BaseException:
             self._mark_unfinished(campaign_id)
             raise
@@ -297,17 +324,17 @@ class CampaignRunner:
         return outcomes
 
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
-                              gpus: list[int]) -> AttemptOutcome:
+                              gpus: list[int], agent: AgentConfig) -> AttemptOutcome:
         env, credit = apply_env_params(env, spec.profile, spec.env_params)
         runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
                                network=spec.network, final_rule=spec.final_rule, gateway_credit_usd=credit)
-        outcome = await runner.run(attempt_id, spec.agent)
+        outcome = await runner.run(attempt_id, agent)
         retries = 0
         while outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES:
             retries += 1
             attempt_id = self._plan_retry(attempt_id)
-            outcome = await runner.run(attempt_id, spec.agent)
+            outcome = await runner.run(attempt_id, agent)
         return outcome
 
     def _plan_retry(self, failed_id: int) -> int:

@@ -14,6 +14,7 @@ from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
+from rebench.report.tree import tree_from_events, tree_lines
 from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, HumanSession, Pause, ScoreEvent
 from rebench.tables import Col, print_table
 
@@ -151,6 +152,10 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
     detail["snapshot_note"] = snapshots[-1].get("note") if snapshots else None
+    tree = tree_from_events(attempt_id, detail["agent"], detail["environment"],
+                            ((e["kind"], e["data"], e["working_s"]) for e in detail["events"]))
+    if tree.nodes:
+        detail["solution_tree"] = tree.as_json()
     if json_output:
         print_json(detail)
         return
@@ -180,6 +185,11 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     for s in detail["scores"]:
         scores.add_row(s["kind"], f"{s['working_s']:.1f}", fmt(s["raw"], 4), str(s["valid"]), str(s["message"]))
     console.print(scores)
+    if tree.nodes:
+        console.print(Text(f"Solution tree ({len(tree.nodes)} nodes; best node restored: "
+                           f"{tree.best if tree.best is not None else 'none'})"))
+        for line in tree_lines(tree):
+            console.print(Text(line), soft_wrap=True)
     events = Table(title="Events")
     for column in ("#", "working s", "kind", "data"):
         events.add_column(column)

@@ -12,10 +12,11 @@ from typing import Annotated
 
 import typer
 
-from rebench.cli.common import DbOption, JsonOption, console, print_json
+from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
 from rebench.report.render import print_terminal, report_json, score_rows_csv, write_outputs
+from rebench.report.tree import SolutionTree, load_tree
 
 FORMATS = ("table", "csv", "parquet")
 
@@ -60,6 +61,11 @@ def report_command(
         ),
     ] = None,
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
+    tree: Annotated[
+        list[int] | None,
+        typer.Option("--tree", help="Also draw this attempt's solution tree (aide agent) in report.html; "
+                     "repeatable; needs --out."),
+    ] = None,
 ) -> None:
     """Score@k per agent and total time budget, with bootstrap intervals and human comparison."""
     if fmt not in FORMATS:
@@ -72,6 +78,9 @@ def report_command(
             raise RebenchError(f"--json and --format {fmt} are two outputs for the same rows: pick one")
         if fmt == "parquet" and out is None:
             raise RebenchError("--format parquet writes a binary file: give --out FILE")
+    if tree and out is None:
+        raise RebenchError("--tree draws the attempt's solution tree into report.html: give --out DIR")
+    trees = _trees(db, tree or [])
     from rebench.api import report as make_report
 
     report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
@@ -93,10 +102,19 @@ def report_command(
             "no finished attempts match these filters; run `rebench run ...` or `rebench import metr-runs FILE` first"
         )
     if out is not None:
-        written = write_outputs(report, out)
+        written = write_outputs(report, out, trees=trees)
     if json_output:
         print_json(report_json(report))
     else:
         print_terminal(report, console, by_env=by_env)
         if out is not None:
             console.print("wrote " + ", ".join(str(p) for p in written))
+
+
+def _trees(db: Path | None, attempt_ids: list[int]) -> list[SolutionTree]:
+    """The solution trees asked for with --tree, read before the report is computed (a bad id fails first)."""
+    if not attempt_ids:
+        return []
+    store = open_store(db)
+    with store.session() as session:
+        return [load_tree(session, attempt_id) for attempt_id in attempt_ids]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rebench.agents.base import AgentConfig
 from rebench.budget import format_duration
 from rebench.cli.common import DbOption, console, fmt, observer
 from rebench.errors import RebenchError
@@ -26,6 +27,27 @@ def _parse_pairs(values: list[str], option: str = "--agent-arg") -> dict[str, st
     return parsed
 
 
+def agent_configs(names: str, args: list[str], **common: Any) -> list[AgentConfig]:
+    """One config per agent of `--agent a,b`. An unscoped `--agent-arg KEY=VALUE` goes to every agent,
+    `NAME.KEY=VALUE` to agent NAME only (and wins over an unscoped KEY); a scope naming no agent of the
+    run is a one-line error."""
+    agents = [name.strip() for name in names.split(",") if name.strip()]
+    if not agents:
+        raise RebenchError(f"invalid --agent {names!r}: name at least one agent, e.g. modular or modular,aide")
+    shared: dict[str, str] = {}
+    scoped: dict[str, dict[str, str]] = {name: {} for name in agents}
+    for key, value in _parse_pairs(args).items():
+        scope, dot, rest = key.partition(".")
+        if not dot:
+            shared[key] = value
+        elif scope in scoped and rest:
+            scoped[scope][rest] = value
+        else:
+            raise RebenchError(f"invalid --agent-arg {key}={value!r}: {scope!r} is not an agent of this run "
+                               f"(agents: {', '.join(agents)}); use NAME.KEY=VALUE with one of them, or KEY=VALUE")
+    return [AgentConfig(name=name, args={**shared, **scoped[name]}, **common) for name in agents]
+
+
 def _parse_gpus(text: str | None) -> list[int]:
     if not text:
         return []
@@ -37,14 +59,14 @@ def _parse_gpus(text: str | None) -> list[int]:
 
 def run_command(
     env: Annotated[str, typer.Option("--env", "-e", help="Environment name(s), comma-separated.")],
-    agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name, e.g. reference, replay, modular.")],
+    agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name(s), comma-separated, e.g. modular or modular,aide.")],
     budget: Annotated[str, typer.Option("--budget", "-b", help="Working time per attempt: 90s, 30m, 2h, 1h30m.")],
     k: Annotated[int, typer.Option("-k", help="Attempts per environment (best-of-k).")] = 1,
     profile: Annotated[str, typer.Option("--profile", "-p", help="Environment profile: tiny or paper.")] = "tiny",
     backend: Annotated[str | None, typer.Option("--backend", help="local or docker (default: docker if an engine answers).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="provider/model for LLM agents.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Base URL for openai-compatible models.")] = None,
-    agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="KEY=VALUE passed to the agent; repeatable.")] = None,
+    agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="KEY=VALUE passed to every agent, or NAME.KEY=VALUE to agent NAME only; repeatable.")] = None,
     token_limit: Annotated[int | None, typer.Option("--token-limit", min=1, help="Stop an attempt after this many tokens.")] = None,
     cost_limit: Annotated[float | None, typer.Option("--cost-limit", min=0.0, help="Stop an attempt after this many US dollars.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the first attempt; attempt i gets seed+i.")] = 0,
@@ -59,12 +81,13 @@ def run_command(
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
 
+    first, *more = agent_configs(agent, agent_arg or [], model=model, base_url=base_url,
+                                 token_limit=token_limit, cost_limit_usd=cost_limit)
     spec = api.CampaignSpec(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network, final_rule=final_rule,
         env_params=_parse_pairs(env_param or [], "--env-param"),
-        agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_pairs(agent_arg or []),
-                              token_limit=token_limit, cost_limit_usd=cost_limit),
+        agent=first, more_agents=more,
     )
     result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True,
                               observer=observer(planned=_planned, progress=_progress, finished=_finished))
@@ -74,7 +97,7 @@ def run_command(
 def _planned(campaign: PlannedCampaign) -> None:
     spec = campaign.spec
     console.print(
-        f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{spec.agent.name}[/] "
+        f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{', '.join(a.name for a in spec.agents)}[/] "
         f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
         f"backend {spec.backend})"
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")

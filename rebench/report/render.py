@@ -19,6 +19,7 @@ from rebench.report.allocation import Allocation
 from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
+from rebench.report.tree import SolutionTree, tree_html
 from rebench.tables import Col, print_table
 
 ROW_FIELDS = list(ScoreRow.model_fields)
@@ -416,6 +417,9 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 th { background: #f0f0f0; }
 img { max-width: 100%; }
 .note { color: #555; }
+.tree li.buggy > span { color: #a33; }
+.tree li.best > span { font-weight: bold; color: #161; }
+.tree pre { background: #f7f7f7; padding: 4px; max-height: 20em; overflow: auto; }
 """
 
 
@@ -429,7 +433,8 @@ def _html_table(title: str, header: list[str], rows: list[list[str]]) -> list[st
     return parts
 
 
-def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
+def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]],
+          trees: Sequence[SolutionTree] = ()) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
         f"<style>{_STYLE}</style></head><body>",
@@ -447,13 +452,16 @@ def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, b
             parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
     for table in tables[1:]:
         parts += _html_table(*table)
+    parts += [tree_html(tree) for tree in trees]
     parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in report.notes]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None) -> list[Path]:
-    """report.md, score_at_k.csv, report.html and the plots as PNG files in `out_dir`; returns the paths."""
+def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None,
+                  trees: Sequence[SolutionTree] = ()) -> list[Path]:
+    """report.md, score_at_k.csv, report.html and the plots as PNG files in `out_dir`; returns the paths.
+    `trees` (aide attempts' solution trees) are drawn at the end of report.html."""
     info = info or default_info()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -463,7 +471,7 @@ def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = 
     files: dict[Path, bytes] = {
         out_dir / "report.md": _markdown(report, info, figures).encode("utf-8"),
         out_dir / "score_at_k.csv": score_rows_csv(report).encode("utf-8"),
-        out_dir / "report.html": _html(report, info, figures).encode("utf-8"),
+        out_dir / "report.html": _html(report, info, figures, trees).encode("utf-8"),
     }
     files.update({out_dir / name: png for _, name, png in figures if png is not None})
     for path, content in files.items():

@@ -205,6 +205,29 @@ class ContextTargetReduced(_Payload):
     context_fill: float
 
 
+class AideNode(_Payload):
+    """One node of the aide agent's tree: where it hangs, how it was made, how it ran and scored."""
+
+    kind: Literal["aide_node"] = "aide_node"
+    node: int
+    parent: int | None
+    step: Literal["draft", "debug", "improve"]
+    plan: str
+    diff: str
+    files: list[str]
+    run_command: str | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    output_tail: str = ""
+    score: float | None = None
+    """The environment's raw score where it is shown (None: hidden, invalid or not scored)."""
+    score_valid: bool | None = None
+    metric: float | None = None
+    """What ranked the node: the score, or the agent's own validation metric."""
+    buggy: bool
+    summary: str = ""
+
+
 class Note(_Payload):
     kind: Literal["note"] = "note"
     message: str
@@ -237,7 +260,7 @@ class SshSession(_Payload):
 EventPayload = Annotated[
     Start | Bash | Python | ReadFile | WriteFile | UploadDir | Score | ScoreLog | Submit | Sleep | ModelCall
     | Limit | AgentError | Snapshot | ModelError | ProviderRetry | BudgetSpent | AgentGaveUp | ToolResult
-    | ContextTrimmed | ContextTargetReduced | Note | Task | SshSession,
+    | ContextTrimmed | ContextTargetReduced | AideNode | Note | Task | SshSession,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[EventPayload] = TypeAdapter(EventPayload)
@@ -245,7 +268,7 @@ PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     model.model_fields["kind"].default: model
     for model in (Start, Bash, Python, ReadFile, WriteFile, UploadDir, Score, ScoreLog, Submit, Sleep, ModelCall,
                   Limit, AgentError, Snapshot, ModelError, ProviderRetry, BudgetSpent, AgentGaveUp, ToolResult,
-                  ContextTrimmed, ContextTargetReduced, Note, Task, SshSession)
+                  ContextTrimmed, ContextTargetReduced, AideNode, Note, Task, SshSession)
 }
 if set(PAYLOAD_MODELS) != {k.value for k in EventKind}:  # pragma: no cover - a schema edit left one side behind
     raise RuntimeError(f"event kinds and payload models differ: {set(PAYLOAD_MODELS) ^ {k.value for k in EventKind}}")

@@ -82,6 +82,8 @@ class EventKind(StrEnum):
     TOOL_RESULT = "tool_result"
     CONTEXT_TRIMMED = "context_trimmed"
     CONTEXT_TARGET_REDUCED = "context_target_reduced"
+    AIDE_NODE = "aide_node"
+    """One node of the aide agent's solution tree (rebench.agents.aide)."""
     NOTE = "note"
     """Free-form note for agents outside this package: a message and a JSON object."""
     # human attempts (rebench.human)

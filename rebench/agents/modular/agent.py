@@ -3,30 +3,19 @@
 Each turn the model sees the conversation so far plus a note of time used and
 left, and answers with native tool calls (bash, python, score, score_log,
 submit); each result goes back as the next message. The model client, retries
-and accounting come from rebench.models; everything the agent does goes
+and accounting come from rebench.agents.llm (shared with the aide agent); everything the agent does goes
 through the AgentContext, so it is timed, limited and recorded.
 """
 
 from __future__ import annotations
 
 from rebench.agents.base import Agent, AgentConfig, AgentContext
+from rebench.agents.llm import check_model, open_model
 from rebench.agents.modular.history import estimate_tokens, trim_oldest
 from rebench.agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
 from rebench.agents.modular.settings import ModularSettings, parse_settings
 from rebench.agents.modular.tools import SUBMIT, ToolRunner, tool_specs
-from rebench.models import (
-    Completion,
-    ContextWindowExceeded,
-    Message,
-    ModelCaller,
-    ProviderError,
-    RetryPolicy,
-    check_model_available,
-    create_model_client,
-    model_price,
-    model_spec,
-)
-from rebench.models.prices import DEFAULT_CONTEXT_WINDOW
+from rebench.models import Completion, ContextWindowExceeded, Message, ModelCaller, ProviderError
 
 MAX_OVERFLOW_RECOVERIES = 3
 
@@ -42,21 +31,8 @@ class ModularAgent:
         provider reports and kept for later turns, so they do not fail the same way first."""
 
     async def run(self, ctx: AgentContext) -> None:
-        config = self.config
-        spec = model_spec(config)
-        price = model_price(config, spec)
-        window = self.settings.context_window or price.context_window or DEFAULT_CONTEXT_WINDOW
-        client = create_model_client(config, request_timeout_s=self.settings.request_timeout_s)
-        policy = RetryPolicy(
-            max_retries=self.settings.max_retries,
-            base_delay_s=self.settings.retry_base_s,
-            max_delay_s=self.settings.retry_max_wait_s,
-        )
-        caller = ModelCaller(client, ctx, price, policy)
-        try:
-            await self._loop(ctx, caller, window)
-        finally:
-            await client.close()
+        async with open_model(self.config, self.settings, ctx) as model:
+            await self._loop(ctx, model.caller, model.window)
 
     async def _loop(self, ctx: AgentContext, caller: ModelCaller, window: int) -> None:
         settings = self.settings
@@ -140,6 +116,5 @@ class ModularAgent:
 def create_agent(config: AgentConfig) -> Agent:
     """Built-in entry point; a missing model, key or bad agent arg is a one-line error here."""
     settings = parse_settings(config.args)
-    model_spec(config)
-    check_model_available(config)
+    check_model(config)
     return ModularAgent(config, settings)
