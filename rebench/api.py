@@ -77,6 +77,7 @@ __all__ = [
     "noise_measured",
     "open_store",
     "report",
+    "resume_campaign",
     "run_campaign",
     "start_human",
     "stop_human",
@@ -306,13 +307,15 @@ def _confinement_warning() -> str | None:
 
 
 def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, calibrate: bool = True,
-                 observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
+                 observer: Observer | None = None, cancel_on_sigterm: bool = False,
+                 resume: int | None = None) -> CampaignResult:
     """Run a whole campaign (the steps are in this module's docstring) and return its outcomes.
 
     Bad input raises RebenchError before any row is written. `calibrate=False` normalizes
     timing scores with the declared anchors where this machine has no calibration.
     `cancel_on_sigterm` (main thread only) treats SIGTERM like Ctrl-C: every running attempt
     is marked interrupted and its sandbox stopped, then KeyboardInterrupt is raised.
+    `resume`: go on with that campaign (its spec is `spec`) instead of planning a new one.
     """
     from rebench import preflight
     from rebench.calibration import resolve_anchors
@@ -360,7 +363,12 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
                              "measuring the starting and reference solutions first")
                 _calibrate(store, env, spec.profile, spec.chosen_backend, None, observer)
         # 5. plan: the campaign and its attempt rows, all at once
-        campaign_id, attempt_ids = plan_campaign(store, spec, registry)
+        if resume is None:
+            campaign_id, attempt_ids = plan_campaign(store, spec, registry)
+        else:  # rebench.scheduler.resume: interrupted tries re-queued, queued ones kept
+            from rebench.scheduler.resume import prepare_resume
+
+            campaign_id, attempt_ids = resume, prepare_resume(store, resume)
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
         runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
@@ -369,6 +377,18 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec,
                               outcomes=sorted(outcomes, key=lambda o: o.attempt_id), warnings=warnings,
                               db=store.path)
+
+
+def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, calibrate: bool = True,
+                    observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
+    """Go on with a campaign whose harness died or was stopped (rebench.scheduler.resume): its
+    finished attempts stay, interrupted ones are re-run as uncounted tries' retries, queued ones run."""
+    from rebench.scheduler.resume import campaign_spec
+
+    with using_store(db) as store:
+        spec = CampaignSpec.model_validate(campaign_spec(store, campaign_id))
+        return run_campaign(spec, db=store, calibrate=calibrate, observer=observer,
+                            cancel_on_sigterm=cancel_on_sigterm, resume=campaign_id)
 
 
 async def _run(runner: CampaignRunner, campaign_id: int, spec: CampaignSpec,

@@ -47,7 +47,9 @@ def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence
     needed = env.profile(profile).resources.gpus
     if needed == 0:
         return
-    present = gpu_inventory()
+    from rebench.scheduler.inventory import gpu_ids  # NVML or nvidia-smi; a fake one in tests
+
+    present = gpu_ids()
     what = f"{env.name} ({profile}) needs {needed} GPU(s)"
     if not present:
         raise RebenchError(f"{what} but this machine has none (nvidia-smi -L lists no GPU); "
