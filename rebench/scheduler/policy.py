@@ -19,6 +19,7 @@ attempt that runs over delays the reservation by that much and no more).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -78,13 +79,17 @@ def queue_order(jobs: Sequence[Job], policy: Policy) -> list[Job]:
 
 
 def _reservation(job: Job, free: Need, running: Sequence[Running], now: float) -> tuple[float, Need]:
-    """When `job` can start if nothing else starts, and what is spare then beyond its need."""
+    """When `job` can start if nothing else starts, and what is spare then beyond its need. Never,
+    as far as we know, when what it waits for is held by another process (its end is unknown):
+    then nothing of ours can delay it, and whatever fits may start."""
     available = free
     for item in sorted(running, key=lambda r: r.end_s):
         if job.need.fits(available):
             break
         available = available + item.need
         now = max(now, item.end_s)
+    if not job.need.fits(available):
+        return math.inf, available
     return now, available - job.need
 
 
