@@ -41,7 +41,7 @@ def paper_campaign(seed: int) -> list[SimJob]:
     """Attempts in plan order (environment by environment, agent by agent, as `rebench run` plans)."""
     rng = random.Random(seed)
     jobs = []
-    for environment, (gpus, cpus, memory) in PAPER_ENVIRONMENTS.items():
+    for gpus, cpus, memory in PAPER_ENVIRONMENTS.values():
         for _agent, budget, k in ALLOCATIONS:
             for _ in range(k):
                 factor = rng.uniform(0.3, 1.0) if rng.random() < 0.25 else rng.uniform(1.0, 1.1)
