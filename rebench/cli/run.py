@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,6 +16,7 @@ from rebench.tables import Col, print_table
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
     from rebench.api import PlannedCampaign
     from rebench.runner import AttemptOutcome
+    from rebench.scheduler.view import CampaignLive
 
 
 def _parse_pairs(values: list[str], option: str = "--agent-arg") -> dict[str, str]:
@@ -51,10 +54,18 @@ def run_command(
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
     from rebench.scheduler.inventory import parse_gpus
+    from rebench.scheduler.view import CampaignLive
 
-    shown = observer(planned=_planned, progress=_progress, finished=_finished)
+    live = CampaignLive(db, console)  # progress bars under the log lines, on a terminal
+
+    def planned(campaign: PlannedCampaign) -> None:
+        _planned(campaign)
+        live.start(campaign.campaign_id)
+
+    shown = observer(planned=planned, progress=_progress, finished=_finished)
     if resume is not None:
-        result = api.resume_campaign(resume, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
+        with _stopping(live):
+            result = api.resume_campaign(resume, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
         _summary(result.outcomes)
         return
     missing = [flag for flag, value in (("--env", env), ("--agent", agent), ("--budget", budget)) if not value]
@@ -68,8 +79,17 @@ def run_command(
         agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_pairs(agent_arg or []),
                               token_limit=token_limit, cost_limit_usd=cost_limit),
     )
-    result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
+    with _stopping(live):
+        result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
     _summary(result.outcomes)
+
+
+@contextmanager
+def _stopping(live: CampaignLive) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        live.stop()
 
 
 def _planned(campaign: PlannedCampaign) -> None:

@@ -46,6 +46,10 @@ class CampaignProgress(BaseModel):
     """Remaining attempts x their mean wall time, over the attempts running at once."""
 
     @property
+    def state_text(self) -> str:
+        return f"{self.state} ({self.holder})" if self.holder else self.state
+
+    @property
     def planned(self) -> int:
         return sum(g.planned for g in self.groups)
 
