@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from rebench.noise import NoiseSummary
     from rebench.report.compute import Report
     from rebench.report.importer import ImportSummary
+    from rebench.runner import AttemptRunner
     from rebench.store.db import Store
 
 __all__ = [
@@ -341,7 +342,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)
         check_gateway(env.profile(spec.profile).gateway)
-        preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend)
+        preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend,
+                        cluster=spec.executor == "ray")
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()
@@ -372,11 +374,23 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
         runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
-                                progress=observer.progress, on_outcome=observer.finished)
+                                progress=observer.progress, on_outcome=observer.finished,
+                                attempt_runner=_attempt_runner(spec))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
         return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec,
                               outcomes=sorted(outcomes, key=lambda o: o.attempt_id), warnings=warnings,
                               db=store.path)
+
+
+def _attempt_runner(spec: CampaignSpec) -> type[AttemptRunner]:
+    """AttemptRunner, or on `--executor ray` the one that runs each attempt as a Ray task."""
+    from rebench.runner import AttemptRunner
+
+    if spec.executor != "ray":
+        return AttemptRunner
+    from rebench.scheduler.ray_executor import ray_runner
+
+    return ray_runner(spec.ray_address)
 
 
 def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, calibrate: bool = True,

@@ -54,6 +54,9 @@ class CampaignSpec(BaseModel):
     final_rule: Literal["best", "last", "rescore_best"] | None = Field(
         None, description="override every profile's final_score: best, last or rescore_best "
                           "(re-score the best solutions when each attempt ends)")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: this host's queue; ray: Ray tasks on a cluster (rebench.scheduler.ray_executor)")
+    ray_address: str | None = Field(None, description="the Ray cluster to join; None: start one on this machine")
     env_params: dict[str, str] = Field(
         default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
                                           "overrides the gateway's credit; a key of the profile's params "
@@ -97,6 +100,13 @@ class CampaignSpec(BaseModel):
         if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
             raise RebenchError(f"invalid --gpus {ids}: use distinct device ids like 0,1,2")
         return ids
+
+    @field_validator("executor", mode="before")
+    @classmethod
+    def _executor(cls, value: Any) -> Any:
+        if value not in ("local", "ray"):
+            raise RebenchError(f"invalid --executor {value!r}; allowed: local, ray")
+        return value
 
     @field_validator("env_params")
     @classmethod
@@ -202,7 +212,10 @@ class CampaignRunner:
         progress: Progress | None = None,
         sandbox_factory: SandboxFactory = create_sandbox,
         on_outcome: Callable[[AttemptOutcome], None] | None = None,
+        attempt_runner: type[AttemptRunner] = AttemptRunner,
     ) -> None:
+        self.attempt_runner = attempt_runner
+        """AttemptRunner, or the Ray executor's (rebench.scheduler.ray_executor), which runs it on a worker."""
         self.store = store
         self.registry = registry
         self.snapshots_dir = snapshots_dir
@@ -223,7 +236,7 @@ class CampaignRunner:
 
         try:  # the queue and GPU leases: rebench.scheduler.queue
             await run_campaign_queue(self.store, self.registry, campaign_id, gpus=spec.gpus, parallel=spec.parallel,
-                                     start=one, stopped=lambda: bool(stopped))
+                                     start=one, stopped=lambda: bool(stopped), cluster=spec.executor == "ray")
         except BaseException:
             self._mark_unfinished(campaign_id)
             raise
@@ -236,7 +249,7 @@ class CampaignRunner:
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
                               gpus: list[int]) -> AttemptOutcome:
         env, credit = apply_env_params(env, spec.profile, spec.env_params)
-        runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
+        runner = self.attempt_runner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
                                network=spec.network, final_rule=spec.final_rule, gateway_credit_usd=credit)
         outcome = await runner.run(attempt_id, spec.agent)

@@ -74,7 +74,7 @@ def test_resume_refuses_a_campaign_a_live_process_runs(tmp_path: Path) -> None:
 def _wait_for(db: Path, query: str, deadline_s: float = 120.0) -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if db.exists() and rows(db, query)[0][0]:
+        if rows(db, query)[0][0]:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for: {query}")
@@ -86,6 +86,7 @@ def test_sigkill_mid_attempt_then_resume_counts_each_planned_attempt_once(tmp_pa
     after that attempt's score call; `rebench run --resume` ends the campaign with one counted row
     per planned attempt, and the killed try keeps every score event it recorded."""
     db = tmp_path / "r.db"
+    Store(db).close()  # migrated before the harness starts: the test polls it
     script = replay_script(tmp_path / "s.yaml", 7, 120)
     args = ["--env", "counter", "--agent", "replay", "--agent-arg", f"script={script}", "--budget", "4s", "-k", "2",
             "--backend", "local", "--db", str(db)]

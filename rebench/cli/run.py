@@ -48,6 +48,8 @@ def run_command(
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
+    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench[ray]').")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
     resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
 ) -> None:
@@ -75,7 +77,7 @@ def run_command(
     spec = api.CampaignSpec(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=parse_gpus(gpus), network=network, final_rule=final_rule,
-        env_params=_parse_pairs(env_param or [], "--env-param"),
+        env_params=_parse_pairs(env_param or [], "--env-param"), executor=executor, ray_address=ray_address,
         agent=api.AgentConfig(name=agent, model=model, base_url=base_url, args=_parse_pairs(agent_arg or []),
                               token_limit=token_limit, cost_limit_usd=cost_limit),
     )

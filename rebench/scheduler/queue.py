@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -140,18 +141,24 @@ class AttemptQueue:
 
 async def run_campaign_queue(store: Store, registry: EnvironmentRegistry, campaign_id: int, *, gpus: Sequence[int],
                              parallel: int, start: Callable[[int, Environment, list[int]], Awaitable[None]],
-                             stopped: Callable[[], bool] = lambda: False, policy: Policy = "backfill") -> None:
+                             stopped: Callable[[], bool] = lambda: False, policy: Policy = "backfill",
+                             cluster: bool = False) -> None:
     """Run the campaign's queued attempts (in plan order), holding the campaign's lease and
-    beating for every lease of this process until they end."""
+    beating for every lease of this process until they end. `cluster`: a cluster executor places
+    the attempts and their GPUs; here only `parallel` of them are handed to it at once."""
     with store.session() as session:
         rows = [(a.id, a.environment, a.profile, a.budget_s) for a in session.scalars(
             select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
             .order_by(Attempt.id))]
-    items = [QueuedAttempt(attempt_id=i, environment=e, need=attempt_need(registry.get(e).profile(p)),
-                           duration_s=b, order=n) for n, (i, e, p, b) in enumerate(rows)]
+    needs = {(e, p): attempt_need(registry.get(e).profile(p)) for _, e, p, _ in rows}
+    if cluster:
+        needs = {key: Need(slots=1) for key in needs}
+    items = [QueuedAttempt(attempt_id=i, environment=e, need=needs[e, p], duration_s=b, order=n)
+             for n, (i, e, p, b) in enumerate(rows)]
     broker = LeaseBroker(store)
     broker.hold_campaign(campaign_id)
-    queue = AttemptQueue(broker, gpus, host_capacity(parallel), campaign_id=campaign_id, policy=policy)
+    capacity = Need(cpus=math.inf, memory_gb=math.inf, slots=parallel) if cluster else host_capacity(parallel)
+    queue = AttemptQueue(broker, [] if cluster else gpus, capacity, campaign_id=campaign_id, policy=policy)
 
     async def one(item: QueuedAttempt, lease: list[int]) -> None:
         await start(item.attempt_id, registry.get(item.environment), lease)
