@@ -128,19 +128,20 @@ def test_inventory_all_and_bad_ids(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 def test_two_concurrent_runs_never_hold_the_same_gpu(tmp_path: Path, fixture_envs: Path) -> None:
-    """Two real `rebench run` processes on one database, both given GPUs 0 and 1 (of a fake
-    inventory), each with three 1-GPU attempts that can run side by side: the lease rows show
-    every device held by one attempt at a time, and both processes had to share the devices."""
+    """Two real `rebench run` processes on one database, both given GPUs 0 and 1 (`--gpus 0,1`,
+    and `--gpus all` of a fake inventory of two), each with three 1-GPU attempts that can run side
+    by side: the lease rows show every device held by one attempt at a time, and both processes
+    had to share the devices."""
     add_gpu_profile(fixture_envs)
     db = tmp_path / "r.db"
     Store(db).close()
     script = replay_script(tmp_path / "s.yaml", 5, 1.5)
     env = {"REBENCH_FAKE_GPUS": "2", "REBENCH_ENVIRONMENTS": str(fixture_envs)}
     args = ["run", "--env", "counter", "--profile", "gpu", "--agent", "replay", "--agent-arg", f"script={script}",
-            "--budget", "1m", "-k", "3", "--parallel", "3", "--gpus", "all", "--backend", "local", "--db", str(db)]
+            "--budget", "1m", "-k", "3", "--parallel", "3", "--backend", "local", "--db", str(db)]
     full = {**os.environ, **env, "COLUMNS": "200"}
-    procs = [subprocess.Popen([sys.executable, "-m", "rebench.cli.app", *args], env=full, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-m", "rebench.cli.app", *args, "--gpus", gpus], env=full, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for gpus in ("0,1", "all")]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
     assert rows(db, "select status, count(*) from attempts group by status") == [("done", 6)]

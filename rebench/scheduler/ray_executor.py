@@ -17,6 +17,7 @@ Ray is imported here only (`pip install 'rebench[ray]'`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -240,7 +241,8 @@ class RayAttemptRunner(AttemptRunner):
                     outcome = AttemptOutcome.model_validate(batch["outcome"])
                     self.progress(attempt_id, f"ran on Ray node {str(batch.get('node'))[:12]}")
         except asyncio.CancelledError:
-            ray.cancel(generator, force=True)
+            with contextlib.suppress(Exception):  # the worker's sandbox stops with its process
+                ray.cancel(generator, force=True)
             raise
         except (ray.exceptions.RayError, RebenchError) as exc:
             outcome = self._lost(attempt_id, f"the Ray worker was lost: {type(exc).__name__}: {_first_line(exc)}")
