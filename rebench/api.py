@@ -19,8 +19,10 @@ One campaign, in the order `run_campaign` does it:
     2. build        each environment's virtualenv and assets (and image on docker), cached by content hash
     3. recover      attempts left `running` by a harness that died are marked `interrupted`
     4. calibrate    timing environments on hardware without calibrated anchors: measure them first
-    5. plan         the campaign row and all its queued attempt rows, in one transaction
-    6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs and retries an
+    5. plan         the campaign row and all its queued attempt rows, in one transaction (`resume`:
+                    the campaign's interrupted tries re-queued instead, rebench.scheduler.resume)
+    6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs (durable leases and
+                    the backfill queue of rebench.scheduler; docs/scheduling.md) and retries an
                     infrastructure failure once; each attempt is AttemptRunner.run (rebench/runner.py):
                     sandbox -> install -> baseline score (paused) -> agent under the hard timer
                     -> snapshot -> [re-score the best solutions, final_score = "rescore_best"]

@@ -18,6 +18,7 @@ from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus
 
 from .conftest import run_main
+from .sched_support import rows
 
 
 def _running_campaign(db: Path) -> int:
@@ -93,3 +94,16 @@ def test_run_live_view_draws_the_bars_on_a_terminal(db_path: Path) -> None:
     quiet.start(campaign)
     quiet.stop()
     assert piped.getvalue() == ""  # logs and pipes keep plain lines
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "--agent", "reference", "--budget", "1m"], "missing option --env"),
+    (["run", "--env", "counter", "--agent", "reference", "--budget", "1m", "--executor", "slurm"],
+     "invalid --executor 'slurm'; allowed: local, ray"),
+    (["run", "--env", "counter", "--agent", "reference", "--budget", "1m", "--gpus", "0,x"], "invalid --gpus '0,x'"),
+])
+def test_run_refuses_bad_scheduler_options_in_one_line(argv: list[str], message: str, db_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main([*argv, "--db", str(db_path)], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not db_path.exists() or rows(db_path, "select count(*) from campaigns") == [(0,)]  # nothing written
