@@ -265,12 +265,7 @@ class CampaignRunner:
         with self.store.session() as session:
             failed = session.get_one(Attempt, failed_id)
             failed.counted = False
-            retry = Attempt(
-                campaign_id=failed.campaign_id, source="own", environment=failed.environment,
-                env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
-                budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
-                retry_of=failed.id,
-            )
+            retry = scheduler_resume.retry_row(failed)
             session.add(retry)
             session.flush()
             return retry.id

@@ -61,6 +61,23 @@ def test_resume_requeues_what_never_ran_and_retries_what_was_cut(tmp_path: Path)
     assert prepare_resume(store, campaign) == ids  # again (a crash before any ran): nothing new is planned
 
 
+def test_resume_retries_an_infrastructure_failure_whose_retry_was_never_planned(tmp_path: Path) -> None:
+    """The harness died between a sandbox failure and planning its retry: resume plans it; a
+    failure that was already retried (or a retry that failed again) is left as it is."""
+    store = Store(tmp_path / "r.db")
+    statuses = [AttemptStatus.ERROR, AttemptStatus.ERROR, AttemptStatus.DONE]
+    campaign, (lost, tried, retry) = _campaign(store, statuses, [True, True, True])
+    with store.session() as session:
+        for attempt_id in (lost, tried):
+            session.get_one(Attempt, attempt_id).error_source = ErrorSource.INFRASTRUCTURE
+        session.get_one(Attempt, tried).counted = False
+        session.get_one(Attempt, retry).retry_of = tried
+    (new,) = prepare_resume(store, campaign)
+    assert rows(store.path, "select id, counted, retry_of, status from attempts where id in (?, ?)", lost, new) == [
+        (lost, 0, None, "error"), (new, 1, lost, "queued")]
+    assert rows(store.path, "select counted from attempts where id in (?, ?) order by id", tried, retry) == [(0,), (1,)]
+
+
 def test_resume_refuses_a_campaign_a_live_process_runs(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     campaign, _ = _campaign(store, [AttemptStatus.QUEUED], [False])

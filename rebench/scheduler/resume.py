@@ -6,7 +6,8 @@ lease). Liveness is the lease's heartbeat, so a campaign running on another host
 taken for dead; rows from before leases existed fall back to the pid check on this host.
 
 Resuming a campaign (`rebench run --resume ID`): orphans become `interrupted` tries that are
-no longer counted, each with a queued retry; attempts that never started are queued again;
+no longer counted, each with a queued retry (so does a first try that failed on the
+infrastructure when the harness died before planning its retry); attempts that never started are queued again;
 finished attempts stay as they are, with every event and score they recorded. Each planned
 attempt (environment, agent, seed) thus ends with exactly one counted row. Human attempts are
 never touched: their supervisor, or `rebench human attach|stop`, looks after them.
@@ -68,13 +69,20 @@ def recover_orphans(store: Store, *, campaign_id: int | None = None, broker: Lea
     return fixed
 
 
-def _retry_row(failed: Attempt) -> Attempt:
+def retry_row(failed: Attempt) -> Attempt:
+    """A queued row that tries `failed` again (the campaign's infrastructure retry, and resume's)."""
     return Attempt(
         campaign_id=failed.campaign_id, source="own", environment=failed.environment,
         env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
         budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
         retry_of=failed.id,
     )
+
+
+def _retry_lost(attempt: Attempt, retried: set[int]) -> bool:
+    """A first try that failed on the infrastructure, whose retry the dying harness never planned."""
+    return (attempt.status == AttemptStatus.ERROR and attempt.error_source == ErrorSource.INFRASTRUCTURE
+            and attempt.counted and attempt.retry_of is None and attempt.id not in retried)
 
 
 def campaign_spec(store: Store, campaign_id: int) -> dict[str, Any]:
@@ -100,14 +108,19 @@ def prepare_resume(store: Store, campaign_id: int, broker: LeaseBroker | None = 
         with store.session() as session:
             attempts = list(session.scalars(select(Attempt).where(
                 Attempt.campaign_id == campaign_id, Attempt.agent != HUMAN_AGENT).order_by(Attempt.id)))
+            retried = {a.retry_of for a in attempts if a.retry_of is not None}
             for attempt in attempts:
+                if _retry_lost(attempt, retried):
+                    attempt.counted = False
+                    session.add(retry_row(attempt))
+                    continue
                 if attempt.status != AttemptStatus.INTERRUPTED or not attempt.counted:
                     continue
                 if attempt.started_at is None:  # never ran: run it now, the same row
                     attempt.status, attempt.error_source, attempt.error_message = AttemptStatus.QUEUED, None, None
                     continue
                 attempt.counted = False  # what it recorded stays; its retry is the counted one
-                session.add(_retry_row(attempt))
+                session.add(retry_row(attempt))
             session.get_one(Campaign, campaign_id).status = CampaignStatus.RUNNING
             session.flush()
             return list(session.scalars(select(Attempt.id).where(
