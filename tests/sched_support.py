@@ -27,8 +27,9 @@ def add_gpu_profile(envs: Path) -> None:
 
 
 def replay_script(path: Path, value: int, sleep_s: float) -> Path:
-    """Write a value, score it, then sleep (the attempt is `running` meanwhile)."""
-    actions = [{"write_file": {"path": "value.txt", "content": str(value)}}, {"score": {}}, {"sleep": sleep_s}]
+    """Write a value, score it, say which GPUs the sandbox sees, then sleep (`running` meanwhile)."""
+    actions = [{"write_file": {"path": "value.txt", "content": str(value)}}, {"score": {}},
+               {"bash": "echo gpus=${CUDA_VISIBLE_DEVICES:-none}"}, {"sleep": sleep_s}]
     path.write_text(yaml.safe_dump({"actions": actions}))
     return path
 

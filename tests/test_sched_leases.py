@@ -5,6 +5,7 @@ leases, the store and the harness processes are real."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -140,6 +141,10 @@ def test_two_concurrent_runs_never_hold_the_same_gpu(tmp_path: Path, fixture_env
     args = ["run", "--env", "counter", "--profile", "gpu", "--agent", "replay", "--agent-arg", f"script={script}",
             "--budget", "1m", "-k", "3", "--parallel", "3", "--backend", "local", "--db", str(db)]
     full = {**os.environ, **env, "COLUMNS": "200"}
+    # built first: two processes building the same environment's virtualenv at once may collide
+    built = subprocess.run([sys.executable, "-m", "rebench.cli.app", "envs", "build", "counter", "--profile", "gpu",
+                            "--backend", "local"], env=full, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
     procs = [subprocess.Popen([sys.executable, "-m", "rebench.cli.app", *args, "--gpus", gpus], env=full, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for gpus in ("0,1", "all")]
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -154,6 +159,11 @@ def test_two_concurrent_runs_never_hold_the_same_gpu(tmp_path: Path, fixture_env
         held = sorted((when(a), when(r)) for d, _, a, r in leases if d == device)
         assert all(end <= start for (_, end), (start, _) in pairwise(held)), held
     assert len({pid for _, pid, _, _ in leases}) == 2  # both processes got devices
+    # each sandbox saw its leased device and no other
+    leased = dict(rows(db, "select attempt_id, device from leases where kind = 'gpu'"))
+    seen = {a: json.loads(str(d))["stdout"].strip() for a, d in rows(db, "select attempt_id, data from events "
+                                                                          "where kind = 'bash'")}
+    assert seen == {a: f"gpus={d}" for a, d in leased.items()}, (seen, leased)
 
 
 def _peak(spans: list[tuple[datetime, datetime]]) -> int:
