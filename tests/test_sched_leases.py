@@ -21,7 +21,7 @@ from rebench.errors import RebenchError
 from rebench.scheduler.inventory import gpu_ids, parse_gpus
 from rebench.scheduler.leases import PRIORITY_HUMAN, Lease, LeaseBroker, active_leases
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus
+from rebench.store.models import Attempt, AttemptStatus, Campaign
 
 from .sched_support import add_gpu_profile, replay_script, rows, when
 
@@ -56,7 +56,8 @@ def test_two_holders_never_get_the_same_device(tmp_path: Path) -> None:
 
 
 def test_the_database_refuses_a_second_unreleased_lease_of_a_device(tmp_path: Path) -> None:
-    """The guarantee does not rest on the broker's reading: the unique index refuses the row."""
+    """The guarantee does not rest on the broker's reading: the unique index refuses the row
+    (of a device, and of a campaign's runner)."""
     store = Store(tmp_path / "r.db")
     (a1,) = _attempts(store, 1)
     broker = LeaseBroker(store)
@@ -64,6 +65,16 @@ def test_the_database_refuses_a_second_unreleased_lease_of_a_device(tmp_path: Pa
     with pytest.raises(Exception, match="UNIQUE"), store.session() as session:
         session.add(broker._new("gpu", device=3, attempt_id=a1))
         session.flush()
+    with store.session() as session:
+        campaign = Campaign(spec={})
+        session.add(campaign)
+        session.flush()
+        campaign_id = campaign.id
+    broker.hold_campaign(campaign_id)
+    racer = LeaseBroker(store, pid=os.getppid())
+    racer._active = lambda session, *kinds: []  # type: ignore[method-assign]  # it looked before the other wrote
+    with pytest.raises(RebenchError, match=f"campaign {campaign_id} was just taken by another process"):
+        racer.hold_campaign(campaign_id)
 
 
 def test_a_dead_holder_is_reclaimed_after_the_heartbeat_timeout(tmp_path: Path) -> None:

@@ -188,7 +188,15 @@ class LeaseBroker:
         self._release(Lease.id == claim_id, "granted or withdrawn")
 
     def hold_campaign(self, campaign_id: int) -> None:
-        """This process runs the campaign; RebenchError when a live process already does."""
+        """This process runs the campaign; RebenchError when a live process already does (or
+        another one took it in the same moment: the unique index refuses the second row)."""
+        try:
+            self._hold_campaign(campaign_id)
+        except IntegrityError:
+            raise RebenchError(f"campaign {campaign_id} was just taken by another process; "
+                               "`rebench campaigns show` says which") from None
+
+    def _hold_campaign(self, campaign_id: int) -> None:
         with self.store.session() as session:
             self.reclaim(session)
             for lease in self._active(session, "campaign"):

@@ -41,9 +41,13 @@ def upgrade() -> None:
     # the guarantee itself: at most one unreleased lease per device of a host
     op.create_index("uq_leases_active_device", "leases", ["host", "device"], unique=True,
                     sqlite_where=sa.text("released_at IS NULL AND device IS NOT NULL"))
+    # and one live runner per campaign (two `--resume` of it at once: the second is refused)
+    op.create_index("uq_leases_active_campaign", "leases", ["campaign_id"], unique=True,
+                    sqlite_where=sa.text("released_at IS NULL AND kind = 'campaign'"))
 
 
 def downgrade() -> None:
+    op.drop_index("uq_leases_active_campaign", "leases")
     op.drop_index("uq_leases_active_device", "leases")
     op.drop_index("ix_leases_active", "leases")
     op.drop_table("leases")
