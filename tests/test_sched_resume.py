@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -139,3 +140,27 @@ def test_sigkill_mid_attempt_then_resume_counts_each_planned_attempt_once(tmp_pa
     assert listed.returncode == 0 and "done" in listed.stdout and "2/2" in listed.stdout, listed.stdout
     again = run_cli("run", "--resume", "77", "--db", str(db), env=env)
     assert again.returncode == 2 and "no campaign 77" in again.stderr
+
+
+@pytest.mark.docker
+def test_resume_on_docker_removes_the_dead_harness_containers(tmp_path: Path) -> None:
+    """A SIGKILLed harness leaves its attempt's container running (with the agent's jobs on the
+    GPUs its lease no longer holds): resume removes it before the retry starts."""
+    from rebench.sandbox.docker import LABEL_OWNER
+
+    from .docker_support import base_image, docker_engine
+
+    engine = docker_engine()
+    image = base_image(engine)
+    dead_owner = f"{socket.gethostname()}:999999999:1"
+    orphan = engine.client.containers.run(image, ["sleep", "300"], detach=True,
+                                          labels={"rebench.attempt": "1", LABEL_OWNER: dead_owner})
+    try:
+        store = Store(tmp_path / "r.db")
+        campaign, _ = _campaign(store, [AttemptStatus.RUNNING], [True])
+        with store.session() as session:
+            session.get_one(Campaign, campaign).spec = {"backend": "docker"}
+        prepare_resume(store, campaign)
+        assert orphan.id not in [c[0] for c in engine.containers()]
+    finally:
+        engine.remove_container(orphan.id)

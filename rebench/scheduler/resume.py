@@ -7,10 +7,12 @@ taken for dead; rows from before leases existed fall back to the pid check on th
 
 Resuming a campaign (`rebench run --resume ID`): orphans become `interrupted` tries that are
 no longer counted, each with a queued retry (so does a first try that failed on the
-infrastructure when the harness died before planning its retry); attempts that never started are queued again;
-finished attempts stay as they are, with every event and score they recorded. Each planned
-attempt (environment, agent, seed) thus ends with exactly one counted row. Human attempts are
-never touched: their supervisor, or `rebench human attach|stop`, looks after them.
+infrastructure when the harness died before planning its retry); attempts that never started
+are queued again; finished attempts stay as they are, with every event and score they
+recorded. On the docker backend the containers of dead harnesses are removed first (they would
+hold on to GPUs). Each planned attempt (environment, agent, seed) thus ends with exactly one
+counted row. Human attempts are never touched: their supervisor, or `rebench human
+attach|stop`, looks after them.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ def retry_row(failed: Attempt) -> Attempt:
     )
 
 
+def remove_orphan_containers() -> list[str]:
+    """The containers of dead harness processes (`rebench gc`): a killed attempt's sandbox would
+    otherwise keep running its agent's jobs on the GPUs its lease no longer holds. Human
+    attempts' containers are never touched. Best effort: no engine, nothing removed."""
+    try:
+        from rebench.images import collect_garbage
+        from rebench.sandbox.docker import DockerEngine
+
+        return collect_garbage(DockerEngine.connect(timeout=5)).removed_containers
+    except Exception:
+        return []
+
+
 def _retry_lost(attempt: Attempt, retried: set[int]) -> bool:
     """A first try that failed on the infrastructure, whose retry the dying harness never planned."""
     return (attempt.status == AttemptStatus.ERROR and attempt.error_source == ErrorSource.INFRASTRUCTURE
@@ -101,10 +116,12 @@ def prepare_resume(store: Store, campaign_id: int, broker: LeaseBroker | None = 
     """Make the campaign ready to go on; returns the ids of its attempts to run now, queued.
     RebenchError when another live process runs it."""
     broker = broker or LeaseBroker(store)
-    campaign_spec(store, campaign_id)
+    spec = campaign_spec(store, campaign_id)
     broker.hold_campaign(campaign_id)  # refuses while another process runs it; released by the runner
     try:
         recover_orphans(store, campaign_id=campaign_id, broker=broker)
+        if spec.get("backend") == "docker":
+            remove_orphan_containers()
         with store.session() as session:
             attempts = list(session.scalars(select(Attempt).where(
                 Attempt.campaign_id == campaign_id, Attempt.agent != HUMAN_AGENT).order_by(Attempt.id)))
