@@ -19,8 +19,10 @@ One campaign, in the order `run_campaign` does it:
     2. build        each environment's virtualenv and assets (and image on docker), cached by content hash
     3. recover      attempts left `running` by a harness that died are marked `interrupted`
     4. calibrate    timing environments on hardware without calibrated anchors: measure them first
-    5. plan         the campaign row and all its queued attempt rows, in one transaction
-    6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs and retries an
+    5. plan         the campaign row and all its queued attempt rows, in one transaction (`resume`:
+                    the campaign's interrupted tries re-queued instead, rebench.scheduler.resume)
+    6. run          CampaignRunner (rebench/campaign.py) leases CPU slots and GPUs (durable leases and
+                    the backfill queue of rebench.scheduler; docs/scheduling.md) and retries an
                     infrastructure failure once; each attempt is AttemptRunner.run (rebench/runner.py):
                     sandbox -> install -> baseline score (paused) -> agent under the hard timer
                     -> snapshot -> [re-score the best solutions, final_score = "rescore_best"]
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from rebench.noise import NoiseSummary
     from rebench.report.compute import Report
     from rebench.report.importer import ImportSummary
+    from rebench.runner import AttemptRunner
     from rebench.store.db import Store
 
 __all__ = [
@@ -77,6 +80,7 @@ __all__ = [
     "noise_measured",
     "open_store",
     "report",
+    "resume_campaign",
     "run_campaign",
     "start_human",
     "stop_human",
@@ -306,13 +310,15 @@ def _confinement_warning() -> str | None:
 
 
 def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, calibrate: bool = True,
-                 observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
+                 observer: Observer | None = None, cancel_on_sigterm: bool = False,
+                 resume: int | None = None) -> CampaignResult:
     """Run a whole campaign (the steps are in this module's docstring) and return its outcomes.
 
     Bad input raises RebenchError before any row is written. `calibrate=False` normalizes
     timing scores with the declared anchors where this machine has no calibration.
     `cancel_on_sigterm` (main thread only) treats SIGTERM like Ctrl-C: every running attempt
     is marked interrupted and its sandbox stopped, then KeyboardInterrupt is raised.
+    `resume`: go on with that campaign (its spec is `spec`) instead of planning a new one.
     """
     from rebench import preflight
     from rebench.calibration import resolve_anchors
@@ -339,7 +345,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)
         check_gateway(env.profile(spec.profile).gateway)
-        preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend)
+        preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend,
+                        cluster=spec.executor == "ray")
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()
@@ -361,15 +368,44 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
                              "measuring the starting and reference solutions first")
                 _calibrate(store, env, spec.profile, spec.chosen_backend, None, observer)
         # 5. plan: the campaign and its attempt rows, all at once
-        campaign_id, attempt_ids = plan_campaign(store, spec, registry)
+        if resume is None:
+            campaign_id, attempt_ids = plan_campaign(store, spec, registry)
+        else:  # rebench.scheduler.resume: interrupted tries re-queued, queued ones kept
+            from rebench.scheduler.resume import prepare_resume
+
+            campaign_id, attempt_ids = resume, prepare_resume(store, resume)
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
         runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
-                                progress=observer.progress, on_outcome=observer.finished)
+                                progress=observer.progress, on_outcome=observer.finished,
+                                attempt_runner=_attempt_runner(spec))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
         return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec,
                               outcomes=sorted(outcomes, key=lambda o: o.attempt_id), warnings=warnings,
                               db=store.path)
+
+
+def _attempt_runner(spec: CampaignSpec) -> type[AttemptRunner]:
+    """AttemptRunner, or on `--executor ray` the one that runs each attempt as a Ray task."""
+    from rebench.runner import AttemptRunner
+
+    if spec.executor != "ray":
+        return AttemptRunner
+    from rebench.scheduler.ray_executor import ray_runner
+
+    return ray_runner(spec.ray_address)
+
+
+def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, calibrate: bool = True,
+                    observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
+    """Go on with a campaign whose harness died or was stopped (rebench.scheduler.resume): its
+    finished attempts stay, interrupted ones are re-run as uncounted tries' retries, queued ones run."""
+    from rebench.scheduler.resume import campaign_spec
+
+    with using_store(db) as store:
+        spec = CampaignSpec.model_validate(campaign_spec(store, campaign_id))
+        return run_campaign(spec, db=store, calibrate=calibrate, observer=observer,
+                            cancel_on_sigterm=cancel_on_sigterm, resume=campaign_id)
 
 
 async def _run(runner: CampaignRunner, campaign_id: int, spec: CampaignSpec,

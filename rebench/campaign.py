@@ -1,7 +1,7 @@
 """Campaigns: plan attempt rows for environments x agents x budget x k, then run them.
 
 Planning writes every attempt row in one transaction (all or nothing). Running
-leases CPU slots and GPU ids, runs attempts with the AttemptRunner, retries an
+leases CPU slots and GPU ids (rebench.scheduler), runs attempts with the AttemptRunner, retries an
 attempt once when the infrastructure failed under it, and on interrupt marks
 what did not finish as `interrupted`. A failure that would fail every attempt alike
 (the provider rejected the API key) stops the campaign: no further attempt starts
@@ -10,9 +10,7 @@ its sandbox, and the run ends with a one-line error.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +25,11 @@ from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
+from rebench.scheduler import resume as scheduler_resume
+from rebench.scheduler.leases import pid_alive as pid_alive  # rebench.human imports it from here
+from rebench.scheduler.queue import run_campaign_queue
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource, HumanSession
+from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource
 
 MAX_INFRA_RETRIES = 1
 
@@ -56,6 +57,9 @@ class CampaignSpec(BaseModel):
     final_rule: Literal["best", "last", "rescore_best"] | None = Field(
         None, description="override every profile's final_score: best, last or rescore_best "
                           "(re-score the best solutions when each attempt ends)")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: this host's queue; ray: Ray tasks on a cluster (rebench.scheduler.ray_executor)")
+    ray_address: str | None = Field(None, description="the Ray cluster to join; None: start one on this machine")
     env_params: dict[str, str] = Field(
         default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
                                           "overrides the gateway's credit; a key of the profile's params "
@@ -99,6 +103,13 @@ class CampaignSpec(BaseModel):
         if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
             raise RebenchError(f"invalid --gpus {ids}: use distinct device ids like 0,1,2")
         return ids
+
+    @field_validator("executor", mode="before")
+    @classmethod
+    def _executor(cls, value: Any) -> Any:
+        if value not in ("local", "ray"):
+            raise RebenchError(f"invalid --executor {value!r}; allowed: local, ray")
+        return value
 
     @field_validator("env_params")
     @classmethod
@@ -212,60 +223,10 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
         return campaign.id, ids
 
 
-class GpuPool:
-    """Hands out explicit GPU device ids; an attempt gets the ids it needs or waits."""
-
-    def __init__(self, ids: list[int]) -> None:
-        self.free = list(ids)
-        self.condition = asyncio.Condition()
-
-    async def acquire(self, count: int) -> list[int]:
-        if count > len(self.free) and count > 0 and not self.free:
-            raise RebenchError(f"an attempt needs {count} GPU(s) but none were given; pass --gpus 0,1,...")
-        async with self.condition:
-            await self.condition.wait_for(lambda: len(self.free) >= count)
-            taken, self.free = self.free[:count], self.free[count:]
-            return taken
-
-    async def release(self, ids: list[int]) -> None:
-        async with self.condition:
-            self.free.extend(ids)
-            self.condition.notify_all()
-
-
 def recover_orphans(store: Store) -> int:
-    """Attempts left `running` by a harness that was killed (SIGKILL, power loss): mark them.
-
-    Human attempts are left alone: their container outlives a dead supervisor with the expert's
-    work in it, and `rebench human attach` or `stop` picks them up (rebench.human)."""
-    fixed = 0
-    humans = select(HumanSession.attempt_id)
-    with store.session() as session:
-        for attempt in session.scalars(select(Attempt).where(Attempt.status == AttemptStatus.RUNNING,
-                                                             Attempt.id.not_in(humans))):
-            if attempt.pid is not None and pid_alive(attempt.pid) and attempt.pid != os.getpid():
-                continue
-            attempt.status, attempt.error_source = AttemptStatus.INTERRUPTED, ErrorSource.INFRASTRUCTURE
-            attempt.error_message = "the harness process died while the attempt was running"
-            fixed += 1
-    return fixed
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process of this machine with that id runs (a zombie does not)."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours (the `start` that spawned it) is dead
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
+    """Attempts left `running` by a harness that died (SIGKILL, power loss) are marked `interrupted`;
+    a live holder's lease heartbeat keeps its attempts, human ones are left alone (rebench.scheduler.resume)."""
+    return scheduler_resume.recover_orphans(store)
 
 
 class CampaignRunner:
@@ -278,7 +239,10 @@ class CampaignRunner:
         progress: Progress | None = None,
         sandbox_factory: SandboxFactory = create_sandbox,
         on_outcome: Callable[[AttemptOutcome], None] | None = None,
+        attempt_runner: type[AttemptRunner] = AttemptRunner,
     ) -> None:
+        self.attempt_runner = attempt_runner
+        """AttemptRunner, or the Ray executor's (rebench.scheduler.ray_executor), which runs it on a worker."""
         self.store = store
         self.registry = registry
         self.snapshots_dir = snapshots_dir
@@ -287,33 +251,21 @@ class CampaignRunner:
         self.on_outcome = on_outcome or (lambda _o: None)
 
     async def run(self, campaign_id: int, spec: CampaignSpec) -> list[AttemptOutcome]:
-        with self.store.session() as session:
-            queued = [(a.id, a.environment, a.agent) for a in session.scalars(
-                select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
-                .order_by(Attempt.id))]
-        slots = asyncio.Semaphore(spec.parallel)
-        gpus = GpuPool(spec.gpus)
         outcomes: list[AttemptOutcome] = []
         stopped: list[str] = []
 
-        async def one(attempt_id: int, env_name: str, agent: str) -> None:
-            env = self.registry.get(env_name)
-            async with slots:
-                if stopped:
-                    return
-                needed = env.profile(spec.profile).resources.gpus
-                lease = await gpus.acquire(needed) if needed else []
-                try:
-                    outcome = await self._run_with_retry(attempt_id, env, spec, lease, spec.agent_config(agent))
-                finally:
-                    await gpus.release(lease)
+        async def one(attempt_id: int, env: Environment, lease: list[int]) -> None:
+            with self.store.session() as session:  # a campaign may run several agents: each row names its own
+                agent = session.scalars(select(Attempt.agent).where(Attempt.id == attempt_id)).one()
+            outcome = await self._run_with_retry(attempt_id, env, spec, lease, spec.agent_config(agent))
             if outcome.stop_campaign and not stopped:
                 stopped.append(outcome.stop_campaign)
             outcomes.append(outcome)
             self.on_outcome(outcome)
 
-        try:
-            await asyncio.gather(*(one(i, e, a) for i, e, a in queued))
+        try:  # the queue and GPU leases: rebench.scheduler.queue
+            await run_campaign_queue(self.store, self.registry, campaign_id, gpus=spec.gpus, parallel=spec.parallel,
+                                     start=one, stopped=lambda: bool(stopped), cluster=spec.executor == "ray")
         except BaseException:
             self._mark_unfinished(campaign_id)
             raise
@@ -326,7 +278,7 @@ class CampaignRunner:
     async def _run_with_retry(self, attempt_id: int, env: Environment, spec: CampaignSpec,
                               gpus: list[int], agent: AgentConfig) -> AttemptOutcome:
         env, credit = apply_env_params(env, spec.profile, spec.env_params)
-        runner = AttemptRunner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
+        runner = self.attempt_runner(self.store, env, backend=spec.chosen_backend, snapshots_dir=self.snapshots_dir,
                                progress=self.progress, sandbox_factory=self.sandbox_factory, gpus=gpus,
                                network=spec.network, final_rule=spec.final_rule, gateway_credit_usd=credit)
         outcome = await runner.run(attempt_id, agent)
@@ -342,12 +294,7 @@ class CampaignRunner:
         with self.store.session() as session:
             failed = session.get_one(Attempt, failed_id)
             failed.counted = False
-            retry = Attempt(
-                campaign_id=failed.campaign_id, source="own", environment=failed.environment,
-                env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
-                budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
-                retry_of=failed.id,
-            )
+            retry = scheduler_resume.retry_row(failed)
             session.add(retry)
             session.flush()
             return retry.id

@@ -47,7 +47,9 @@ def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence
     needed = env.profile(profile).resources.gpus
     if needed == 0:
         return
-    present = gpu_inventory()
+    from rebench.scheduler.inventory import gpu_ids  # NVML or nvidia-smi; a fake one in tests
+
+    present = gpu_ids()
     what = f"{env.name} ({profile}) needs {needed} GPU(s)"
     if not present:
         raise RebenchError(f"{what} but this machine has none (nvidia-smi -L lists no GPU); "
@@ -117,18 +119,19 @@ def _check_local_system_packages(env: Environment, profile: str) -> None:
 
 
 def check(env: Environment, profile: str, purpose: Purpose, *, gpus: Sequence[int] | None = None,
-          assets: Mapping[str, Path] | None = None, backend: str | None = None) -> None:
+          assets: Mapping[str, Path] | None = None, backend: str | None = None, cluster: bool = False) -> None:
     """Raise RebenchError (one line) when this machine cannot `purpose` the profile.
 
     GPUs: a profile that needs them must find them (`--gpus`, checked against the inventory, for
     a run; the inventory for calibration), and on the local backend a CUDA PyTorch that sees
     them; building needs none. Operator assets: needed while the
     profile's build is not done yet (afterwards only what was built from them is used); `build`
-    also checks their sha256 here, before the virtualenv and the build script start."""
+    also checks their sha256 here, before the virtualenv and the build script start. `cluster`:
+    attempts run on a cluster's nodes (the Ray executor), whose GPUs are not this machine's."""
     from rebench.environments.build import built_assets
 
     env.profile(profile)
-    if purpose != "build":
+    if purpose != "build" and not cluster:
         _check_gpus(env, profile, purpose, gpus)
         if backend == "local" and env.profile(profile).resources.gpus:
             _check_local_torch(env, profile)

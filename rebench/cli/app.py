@@ -40,6 +40,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                          "Score@k per agent and total time budget, with bootstrap intervals and human comparison."),
     "envs": Subcommand("rebench.cli.envs", "app", "List, inspect, build and calibrate environments."),
     "attempts": Subcommand("rebench.cli.attempts", "app", "Inspect attempts: their status, score log and events."),
+    "campaigns": Subcommand("rebench.cli.campaigns", "app",
+                            "Campaigns: list them, show one's progress (also one running elsewhere)."),
     "import": Subcommand("rebench.cli.import_cmd", "app", "Import results produced elsewhere."),
     "images": Subcommand("rebench.cli.images", "app",
                          "Docker images: bootstrap a base without a registry, list what is built."),

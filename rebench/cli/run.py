@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -15,6 +17,7 @@ from rebench.tables import Col, print_table
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
     from rebench.api import PlannedCampaign
     from rebench.runner import AttemptOutcome
+    from rebench.scheduler.view import CampaignLive
 
 
 def _parse_pairs(values: list[str], option: str = "--agent-arg") -> dict[str, str]:
@@ -48,19 +51,10 @@ def agent_configs(names: str, args: list[str], **common: Any) -> list[AgentConfi
     return [AgentConfig(name=name, args={**shared, **scoped[name]}, **common) for name in agents]
 
 
-def _parse_gpus(text: str | None) -> list[int]:
-    if not text:
-        return []
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise RebenchError(f"invalid --gpus {text!r}: use device ids like 0,1,2") from None
-
-
 def run_command(
-    env: Annotated[str, typer.Option("--env", "-e", help="Environment name(s), comma-separated.")],
-    agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name(s), comma-separated, e.g. modular or modular,aide.")],
-    budget: Annotated[str, typer.Option("--budget", "-b", help="Working time per attempt: 90s, 30m, 2h, 1h30m.")],
+    env: Annotated[str | None, typer.Option("--env", "-e", help="Environment name(s), comma-separated.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Agent name(s), comma-separated, e.g. modular or modular,aide.")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", "-b", help="Working time per attempt: 90s, 30m, 2h, 1h30m.")] = None,
     k: Annotated[int, typer.Option("-k", help="Attempts per environment (best-of-k).")] = 1,
     profile: Annotated[str, typer.Option("--profile", "-p", help="Environment profile: tiny or paper.")] = "tiny",
     backend: Annotated[str | None, typer.Option("--backend", help="local or docker (default: docker if an engine answers).")] = None,
@@ -71,27 +65,56 @@ def run_command(
     cost_limit: Annotated[float | None, typer.Option("--cost-limit", min=0.0, help="Stop an attempt after this many US dollars.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the first attempt; attempt i gets seed+i.")] = 0,
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Attempts to run at once.")] = 1,
-    gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1.")] = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1, or all.")] = None,
     network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
+    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench[ray]').")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
+    resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
+    from rebench.scheduler.inventory import parse_gpus
+    from rebench.scheduler.view import CampaignLive
 
+    live = CampaignLive(db, console)  # progress bars under the log lines, on a terminal
+
+    def planned(campaign: PlannedCampaign) -> None:
+        _planned(campaign)
+        live.start(campaign.campaign_id)
+
+    shown = observer(planned=planned, progress=_progress, finished=_finished)
+    if resume is not None:
+        with _stopping(live):
+            result = api.resume_campaign(resume, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
+        _summary(result.outcomes)
+        return
+    missing = [flag for flag, value in (("--env", env), ("--agent", agent), ("--budget", budget)) if not value]
+    if missing or env is None or agent is None or budget is None:
+        raise RebenchError(f"missing option {missing[0]}: `rebench run` needs --env, --agent and --budget "
+                           "(or --resume CAMPAIGN_ID)")
     first, *more = agent_configs(agent, agent_arg or [], model=model, base_url=base_url,
                                  token_limit=token_limit, cost_limit_usd=cost_limit)
     spec = api.CampaignSpec(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
-        seed=seed, parallel=parallel, gpus=_parse_gpus(gpus), network=network, final_rule=final_rule,
-        env_params=_parse_pairs(env_param or [], "--env-param"),
+        seed=seed, parallel=parallel, gpus=parse_gpus(gpus), network=network, final_rule=final_rule,
+        env_params=_parse_pairs(env_param or [], "--env-param"), executor=executor, ray_address=ray_address,
         agent=first, more_agents=more,
     )
-    result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True,
-                              observer=observer(planned=_planned, progress=_progress, finished=_finished))
+    with _stopping(live):
+        result = api.run_campaign(spec, db=db, calibrate=calibrate, cancel_on_sigterm=True, observer=shown)
     _summary(result.outcomes)
+
+
+@contextmanager
+def _stopping(live: CampaignLive) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        live.stop()
 
 
 def _planned(campaign: PlannedCampaign) -> None:

@@ -232,6 +232,8 @@ class LocalSandbox:
             "PYTHONPATH": str(Path(self.paths.helper).parent),  # the kit, for `python score.py` by hand
             MARKER_VAR: self.marker,
         }
+        if self.spec.gpus:  # the devices the scheduler leased to this attempt, and no others
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.spec.gpus)
         env.update(self.spec.env)
         env.update(extra or {})
         env[MARKER_VAR] = self.marker

@@ -1,0 +1,62 @@
+"""The GPUs of this host, for `--gpus all`: NVML (nvidia-ml-py) when it loads, else `nvidia-smi -L`.
+
+`REBENCH_FAKE_GPUS` (a count, or ids like `0,1,3`) stands in for the inventory where there is no
+GPU: tests and the makespan demo. It is never read when unset.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rebench.errors import RebenchError
+
+FAKE_ENV = "REBENCH_FAKE_GPUS"
+
+
+def _fake(text: str) -> list[int]:
+    try:
+        if "," in text:
+            return sorted({int(part) for part in text.split(",") if part.strip()})
+        return list(range(int(text)))
+    except ValueError:
+        raise RebenchError(f"invalid {FAKE_ENV}={text!r}: a count like 4 or device ids like 0,1,3") from None
+
+
+def _nvml() -> list[int] | None:
+    try:
+        import pynvml  # nvidia-ml-py, optional
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            return list(range(int(pynvml.nvmlDeviceGetCount())))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver: fall back to nvidia-smi, which says the same
+        return None
+
+
+def gpu_ids() -> list[int]:
+    """Device ids of this host's NVIDIA GPUs ([] without any)."""
+    fake = os.environ.get(FAKE_ENV)
+    if fake is not None:
+        return _fake(fake)
+    found = _nvml()
+    if found is not None:
+        return found
+    from rebench.preflight import gpu_inventory
+
+    return gpu_inventory()
+
+
+def parse_gpus(text: str | None) -> list[int]:
+    """`--gpus`: device ids like 0,1,2, or `all` (this host's inventory)."""
+    if not text:
+        return []
+    if text.strip().lower() == "all":
+        return gpu_ids()
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise RebenchError(f"invalid --gpus {text!r}: use device ids like 0,1,2 or `all`") from None
