@@ -102,3 +102,29 @@ def test_recover_orphans_leaves_human_attempts_alone(tmp_path: Path) -> None:
     assert recover_orphans(store) == 1
     with store.session() as session:
         assert [session.get_one(Attempt, i).status for i in ids] == [AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED]
+
+
+def test_start_refuses_a_gpu_leased_to_a_live_attempt(fixture_envs: Path, tmp_path: Path, key_file: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A device held (lease row, live holder: this process) is named in one line; no human rows."""
+    from rebench.scheduler.leases import LeaseBroker
+    from rebench.store.db import Store
+    from rebench.store.models import Attempt
+
+    db = tmp_path / "human.db"
+    store = Store(db)
+    with store.session() as session:
+        holder = Attempt(environment="counter", profile="tiny", agent="modular", budget_s=60.0, seed=0)
+        session.add(holder)
+        session.flush()
+        holder_id = holder.id
+    assert LeaseBroker(store).try_acquire(holder_id, [0, 1], 1) == [0]
+    argv = ["human", "start", "--db", str(db), "--env", "counter", "--profile", "tiny", "--budget", "8h",
+            "--name", "Ada", "--key", str(key_file), "--gpus", "1,0"]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"GPU 0 is leased to attempt {holder_id}" in lines[0], err
+    assert "GPU 1" not in lines[0], err
+    assert _counts(db) == (1, 0)
+    store.close()

@@ -325,3 +325,20 @@ def test_start_whose_supervisor_dies_leaves_nothing_behind(human: Human) -> None
     assert status == "error" and "supervisor exited" in message
     refused = human.cli("human", "attach", "1")
     assert refused.returncode == 2 and "already ended (error)" in refused.stderr
+
+
+def test_gpus_are_leased_and_reach_the_container_request(human: Human) -> None:
+    """`--gpus 0` is leased at the human priority and handed to Docker as a GPU request. This machine has
+    no NVIDIA runtime, so Docker refuses the container: that refusal is the proof the ids got there (the
+    GPU itself cannot run here); the start fails in one line and the lease rows are given back."""
+    result = human.cli("human", "start", "--env", "counter", "--profile", "tiny", "--budget", "10m",
+                       "--name", "Ada", "--key", f"{human.key}.pub", "--gpus", "0")
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "failed to start" in lines[0] and "nvidia" in lines[0].lower(), result.stderr
+    (attempt_id, gpus), = human.rows("select attempt_id, gpus from human_sessions")
+    assert json.loads(gpus) == [0]
+    leases = human.rows("select kind, device, priority, released_at from leases where attempt_id = ?", attempt_id)
+    assert sorted((kind, device, priority) for kind, device, priority, _ in leases) == [
+        ("attempt", None, 10), ("gpu", 0, 10)]
+    assert all(released for *_, released in leases), leases

@@ -159,6 +159,10 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
     expert = " ".join(name.split())
     if not expert:
         raise RebenchError("invalid --name '': give the expert's name")
+    if gpus:
+        from rebench.human.gpus import check_free
+
+        check_free(store, gpus)
     if backend == "docker":
         from rebench.sandbox.factory import load_backend
 
@@ -180,7 +184,7 @@ def plan_human(store: Store, *, environment: str, profile: str, budget: str, nam
         session.flush()
         session.add(HumanSession(attempt_id=attempt.id, expert=expert, public_key=public_key,
                                  key_fingerprint=key_fingerprint(public_key), bind=address, port=port or None,
-                                 gate_dir=gate_dir, state=HumanState.STARTING))
+                                 gate_dir=gate_dir, state=HumanState.STARTING, gpus=list(gpus or []) or None))
         return attempt.id
 
 

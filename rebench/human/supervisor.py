@@ -29,6 +29,7 @@ from sqlalchemy import func, select
 from rebench.agents.base import AgentConfig, AgentContext
 from rebench.context import AttemptContext
 from rebench.human.clock import RestoredClock, restore_clock, wall_clock
+from rebench.human.gpus import leased
 from rebench.human.tasks import TaskCommands
 from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
 from rebench.sandbox.base import Sandbox, SandboxSpec
@@ -226,12 +227,12 @@ async def supervise(store: Store, attempt_id: int, *, resume: bool = False,
         attempt = session.get_one(Attempt, attempt_id)
         human = session.get_one(HumanSession, attempt_id)
         env_name, origin, container_id = attempt.environment, human.clock_origin, human.container_id
-        heartbeat = human.heartbeat_at
+        heartbeat, gpus = human.heartbeat_at, list(human.gpus or [])
     update_session(store, attempt_id, supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(),
                    heartbeat_at=datetime.now(UTC))
     beating = asyncio.create_task(_heartbeat(store, attempt_id))
     env = EnvironmentRegistry().get(env_name)
-    runner = AttemptRunner(store, env, backend=BACKEND, snapshots_dir=store.path.parent / "snapshots",
+    runner = AttemptRunner(store, env, backend=BACKEND, snapshots_dir=store.path.parent / "snapshots", gpus=gpus,
                            progress=lambda i, message: log(f"attempt {i}: {message}"))
     hooks = RunHooks(spec_update={"keep_alive": True, "gate_dir": None})
     try:
@@ -249,7 +250,8 @@ async def supervise(store: Store, attempt_id: int, *, resume: bool = False,
             hooks.clock = wall_clock()
             agent = HumanAgent(store, attempt_id, on_ready=on_ready, log=log)
             hooks.agent, hooks.on_started = agent, agent.on_started
-        outcome = await runner.run(attempt_id, AgentConfig(name="human"), hooks)
+        with leased(store, attempt_id, gpus, resume=resume, log=log):
+            outcome = await runner.run(attempt_id, AgentConfig(name="human"), hooks)
     finally:
         beating.cancel()
     if outcome.status != AttemptStatus.RUNNING:  # the container is gone; what it recorded is kept

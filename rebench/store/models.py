@@ -291,6 +291,8 @@ class HumanSession(Base):
     state: Mapped[HumanState] = mapped_column(EnumString(HumanState, 16), default=HumanState.STARTING)
     stop_requested: Mapped[str | None] = mapped_column(Text)
     """Set by `rebench human stop`: why; the supervisor ends the attempt at its next tick."""
+    gpus: Mapped[list[Any] | None] = mapped_column(JSON)
+    """Device ids given to `rebench human start --gpus`: leased by every supervisor of the attempt."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -3,18 +3,15 @@ without a device for an attempt that needs none, and one for each campaign's run
 holder's pid, host and heartbeat, so two harness processes never share a GPU and a dead one's
 attempts are found by its stale heartbeat.
 
-Revision ID: 0007
-Revises: 0006 where that migration is present (another branch adds it), else 0005
+Revision ID: 0006
+Revises: 0005
 """
-
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-# 0006 is another change's; chain after it when it is there, so either order of merging works.
-down_revision = "0006" if any(Path(__file__).parent.glob("0006_*.py")) else "0005"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
