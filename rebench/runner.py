@@ -66,6 +66,8 @@ CANCEL_GRACE_S = 10.0
 class AttemptOutcome(BaseModel):
     attempt_id: int
     status: AttemptStatus
+    environment: str = ""
+    agent: str = ""
     error_source: ErrorSource | None = None
     error_message: str | None = None
     limit_reason: LimitReason | None = None
@@ -216,7 +218,8 @@ class AttemptRunner:
                            if rescoring and profile.rescore.snapshot_each_score else None)
         if hooks.reattach is not None:
             snapshot_base = self._restore_snapshots(attempt_id, snapshot_base, score_snapshots)
-        outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING)
+        outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING, environment=self.env.name,
+                                 agent=config.name)
         sandbox: Sandbox | None = None
         gateway: AttemptGateway | None = None
         if hooks.reattach is None:

@@ -62,10 +62,14 @@ def test_both_scaffolds_in_one_campaign_side_by_side(
         written("value.txt", "5\n", "Try five."), review(False, "five"),
     )
     db = tmp_path / "r.db"
-    code, _, err = run_main(run_args(model_server, "counter", "modular,aide", db, "--agent-arg", "aide.num_drafts=1",
-                                     "--agent-arg", "aide.max_steps=2", "--agent-arg", "max_output_tokens=1234"),
-                            capsys)
+    code, out, err = run_main(run_args(model_server, "counter", "modular,aide", db, "--agent-arg", "aide.num_drafts=1",
+                                       "--agent-arg", "aide.max_steps=2", "--agent-arg", "max_output_tokens=1234"),
+                              capsys)
     assert code == 0, err
+    # the run's summary names each attempt's agent
+    summary = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in out.splitlines()
+               if line.startswith("│") and line.strip("│ ")[:1].isdigit()]
+    assert [row[:3] for row in summary] == [["1", "counter", "modular"], ["2", "counter", "aide"]], out
     modular, aide = rows(db, "select * from attempts order by id")
     assert (modular["agent"], aide["agent"]) == ("modular", "aide")
     assert modular["model"] == aide["model"] == "openai-compatible/scripted"

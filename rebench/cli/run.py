@@ -140,10 +140,11 @@ def _finished(outcome: AttemptOutcome) -> None:
 
 
 def _summary(outcomes: list[AttemptOutcome]) -> None:
-    columns = [Col("attempt", key=True), Col("status", key=True), Col("final raw", justify="right"),
-               Col("normalized", justify="right"), Col("working time", justify="right")]
-    rows = [[str(o.attempt_id), o.status, fmt(o.final_raw, 4), fmt(o.final_normalized), format_duration(o.working_s)]
-            for o in sorted(outcomes, key=lambda o: o.attempt_id)]
+    columns = [Col("attempt", key=True), Col("environment", key=True), Col("agent", key=True),
+               Col("status", key=True), Col("final raw", justify="right"), Col("normalized", justify="right"),
+               Col("working time", justify="right")]
+    rows = [[str(o.attempt_id), o.environment, o.agent, o.status, fmt(o.final_raw, 4), fmt(o.final_normalized),
+             format_duration(o.working_s)] for o in sorted(outcomes, key=lambda o: o.attempt_id)]
     print_table(console, "Attempts", columns, rows, more="`rebench attempts show ID`")
 
 

@@ -257,7 +257,10 @@ class RayAttemptRunner(AttemptRunner):
     def _lost(self, attempt_id: int, message: str) -> AttemptOutcome:
         self._update(attempt_id, status=AttemptStatus.ERROR, error_source=ErrorSource.INFRASTRUCTURE,
                      error_message=message, ended_at=datetime.now(UTC))
-        return AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.ERROR,
+        with self.store.session() as session:
+            row = session.get_one(Attempt, attempt_id)
+            environment, agent = row.environment, row.agent
+        return AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.ERROR, environment=environment, agent=agent,
                               error_source=ErrorSource.INFRASTRUCTURE, error_message=message)
 
 
