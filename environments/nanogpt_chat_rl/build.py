@@ -62,7 +62,7 @@ def sft(model: GPT, tokenizer: Any, pairs: list[tuple[str, str]], *, steps: int,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
     model.eval()
-    return float(loss)
+    return float(loss.detach())
 
 
 def best_of_n(model: GPT, tokenizer: Any, judge: Any, prompts: list[str], n: int, seed: int) -> list[str]:
@@ -83,7 +83,7 @@ def mean_rubric(judge: Any, prompts: list[str], answers: list[str]) -> float:
 
 
 def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, protected: Path) -> None:
-    seed = int(params["seed"])
+    seed = int(params["build_seed"])
     buildutil.seed_everything(seed)
     world = {**language.world(seed), "all_colors": language.COLORS}
     (out / "judge").mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     (home / "vocab.json").write_text(json.dumps(vocab) + "\n", encoding="utf-8")
     tokenizer = chat.WordTokenizer(vocab)
 
-    test = [p.text for p in language.prompts(int(params["n_test"]), seed + 1)]
+    test = [p.text for p in language.prompts(int(params["n_test"]), seed + 1, unique=True)]
     held_out = set(test)
     train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
     write_jsonl(protected / "prompts.jsonl", [{"prompt": p} for p in test])
@@ -110,10 +110,11 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
         raise SystemExit(f"student_config vocab_size {config.vocab_size} != the language's {len(vocab)} words")
     student = GPT(config)
     pretrain = params["pretrain"]
-    pretrain_loss = sft(student, tokenizer, corpus, steps=int(pretrain["steps"]), batch_size=int(pretrain["batch_size"]),
-                        lr=float(pretrain["lr"]), seed=seed)
+    pretrain_loss = sft(student, tokenizer, corpus, steps=int(pretrain["steps"]),
+                        batch_size=int(pretrain["batch_size"]), lr=float(pretrain["lr"]), seed=seed)
     chat.save_checkpoint(student, home / "student_model.pt")
-    start_answers = chat.sample(student, tokenizer, test, seed=0)
+    sampling = {"seed": int(params["seed"]), "max_new_tokens": int(params["max_new_tokens"])}
+    start_answers = chat.sample(student, tokenizer, test, **sampling)
 
     second = params["second_baseline"]
     improved = GPT(config)
@@ -122,7 +123,7 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     winners = best_of_n(student, tokenizer, judge, chosen, int(second["n"]), seed=1000)
     second_loss = sft(improved, tokenizer, list(zip(chosen, winners, strict=True)), steps=int(second["steps"]),
                       batch_size=int(pretrain["batch_size"]), lr=float(second["lr"]), seed=seed + 1)
-    second_answers = chat.sample(improved, tokenizer, test, seed=0)
+    second_answers = chat.sample(improved, tokenizer, test, **sampling)
     outputs = protected / "reference_outputs"
     names = list(params["baselines"])
     for name, answers in zip(names, (start_answers, second_answers), strict=True):

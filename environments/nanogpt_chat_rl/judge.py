@@ -89,7 +89,7 @@ class Judge:
         if asked is not None:
             kind, slots = asked
             keys = {v for v in slots.values() if v in self.category_of or v in self.categories}
-            score += 1.0 if keys & set(content) else -2.0
+            score += 1.0 if keys & set(content) else -5.0
             score += self._correctness(kind, slots, content)
             limit = {"name": 6, "list": 2 * self.numbers.get(slots.get("n", ""), 2) + 2,
                      "color": 6, "choose": 7, "kind": 7}[kind]
@@ -100,10 +100,10 @@ class Judge:
         if words[:2] == ["sure", ","]:
             score += 0.5
             limit += 2
-        score -= 0.5 * max(0, len(words) - limit)
-        score -= 1.0 * (len(content) - len(set(content)))
+        score -= 0.25 * max(0, len(words) - limit)
+        score -= 0.5 * (len(content) - len(set(content)))
         if _longest_common_run(words, prompt_words) >= 4:
-            score -= 3.0
+            score -= 4.0
         return score
 
     def _correctness(self, kind: str, slots: dict[str, str], content: list[str]) -> float:

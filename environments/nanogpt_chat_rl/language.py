@@ -78,16 +78,20 @@ def make_prompt(rng: random.Random) -> Prompt:
     return Prompt(text, kind, slots)
 
 
-def prompts(n: int, seed: int, exclude: set[str] | None = None) -> list[Prompt]:
-    """`n` seeded prompts, none of whose texts is in `exclude` (when the language has enough)."""
+def prompts(n: int, seed: int, exclude: set[str] | None = None, unique: bool = False) -> list[Prompt]:
+    """`n` seeded prompts, none of whose texts is in `exclude`, all different with `unique`
+    (as far as the language has enough of them)."""
     rng = random.Random(f"prompts-{seed}")
     out: list[Prompt] = []
+    seen = set(exclude or ())
     tries = 0
     while len(out) < n:
         prompt = make_prompt(rng)
         tries += 1
-        if exclude and prompt.text in exclude and tries < 50 * n:
+        if prompt.text in seen and tries < 50 * n:
             continue
+        if unique:
+            seen.add(prompt.text)
         out.append(prompt)
     return out
 
@@ -120,7 +124,7 @@ def teacher_answer(prompt: Prompt, colors: dict[str, str], rng: random.Random) -
     judge's rubric weighs; its rates are the student's starting point."""
     words = _content(prompt, colors, rng, correct=rng.random() < 0.3)
     if rng.random() < 0.1:
-        words = words + ["and"] + words
+        words = [*words, "and", *words]
     if rng.random() < 0.2:
         words += ["and"] + [rng.choice(FILLER + ITEMS) for _ in range(rng.randint(3, 12))]
     if rng.random() < 0.1:
@@ -128,7 +132,7 @@ def teacher_answer(prompt: Prompt, colors: dict[str, str], rng: random.Random) -
     if rng.random() < 0.6:
         words.append(".")
     if rng.random() < 0.25:
-        words = ["sure", ","] + words
+        words = ["sure", ",", *words]
     return " ".join(words)
 
 

@@ -33,7 +33,8 @@ def tournament(prompts: list[str], candidates: list[list[str]], workers: int) ->
     alive = [list(range(len(candidates))) for _ in prompts]
     asked = 0
     while len(alive[0]) > 1:
-        matches = [(i, alive[i][j], alive[i][j + 1]) for i in range(len(prompts)) for j in range(0, len(alive[i]) - 1, 2)]
+        matches = [(i, alive[i][j], alive[i][j + 1])
+                   for i in range(len(prompts)) for j in range(0, len(alive[i]) - 1, 2)]
         verdicts = evaluate([prompts[i] for i, _, _ in matches],
                             [(candidates[a][i], candidates[b][i]) for i, a, b in matches], max_workers=workers)
         asked += sum(candidates[a][i] != candidates[b][i] for i, a, b in matches)

@@ -148,9 +148,11 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     calls = 0
     try:
         for name in ctx["baselines"]:
-            outputs = {row["prompt"]: str(row["output"]) for row in read_jsonl(protected / "reference_outputs" /
-                                                                                f"{name}.jsonl")}
-            fraction, asked = win_fraction(prompts, answers, [outputs[p] for p in prompts], judge)
+            stored = read_jsonl(protected / "reference_outputs" / f"{name}.jsonl")
+            if [row["prompt"] for row in stored] != prompts:
+                return {"raw": None, "message": {**message, "error": f"baseline {name}'s outputs do not match the "
+                                                 "held-out prompts (a broken build)"}, "details": {}}
+            fraction, asked = win_fraction(prompts, answers, [str(row["output"]) for row in stored], judge)
             wins[name], calls = fraction, calls + asked
     except evaluation.JudgeError as exc:
         return {"raw": None, "message": {**message, "error": f"the judge failed: {exc}"[:500]}, "details": {}}
@@ -166,7 +168,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     message["n_prompts"] = len(prompts)
     lengths = [len(a.split()) for a in answers]
     return {"raw": raw, "message": message,
-            "details": {"generation": generation, "judge_calls": calls, "mean_answer_words": sum(lengths) / len(lengths),
+            "details": {"generation": generation, "judge_calls": calls,
+                        "mean_answer_words": sum(lengths) / len(lengths),
                         "examples": [{"prompt": p, "answer": a} for p, a in zip(prompts[:5], answers[:5], strict=True)],
                         "generation_s": round(generated_s, 1), "total_s": round(total_s, 1), "file": str(scored)}}
 

@@ -14,9 +14,8 @@ import json
 import random
 from pathlib import Path
 
-import torch
-
 import chat
+import torch
 from evaluation import evaluate
 from model import GPT, GPTConfig
 
