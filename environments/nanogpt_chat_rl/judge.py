@@ -88,8 +88,7 @@ class Judge:
         score = 0.0
         if asked is not None:
             kind, slots = asked
-            keys = {v for v in slots.values() if v in self.category_of or v in self.categories}
-            score += 1.0 if keys & set(content) else -5.0
+            score += 1.0 if self._relevant(kind, slots) & set(content) else -5.0
             score += self._correctness(kind, slots, content)
             limit = {"name": 6, "list": 2 * self.numbers.get(slots.get("n", ""), 2) + 2,
                      "color": 6, "choose": 7, "kind": 7}[kind]
@@ -105,6 +104,17 @@ class Judge:
         if _longest_common_run(words, prompt_words) >= 4:
             score -= 4.0
         return score
+
+    def _relevant(self, kind: str, slots: dict[str, str]) -> set[str]:
+        """Words that show an answer is about the instruction: the things and category it names,
+        the category's members, and the kind of word it asks for (a colour, a category)."""
+        words = {v for v in slots.values() if v in self.category_of or v in self.categories}
+        words |= set(self.categories.get(slots.get("c", ""), []))
+        if kind == "color":
+            words |= self.color_words
+        if kind == "kind":
+            words |= set(self.categories)
+        return words
 
     def _correctness(self, kind: str, slots: dict[str, str], content: list[str]) -> float:
         category = slots.get("c", "")
