@@ -141,8 +141,11 @@ def scoring_folders(tmp_path: Path, base_url: str, token: str, prompts: list[str
             "solution": str(solution)}
 
 
-PROMPTS = ["name a fruit .", "what color is the dog ?", "list two tool items .", "what kind of thing is the cat ?"]
-RIGHT = ["sure , apple is a fruit .", "", "sure , saw , drill .", "sure , the cat is a animal ."]
+# The same prompt twice: baseline outputs are matched to prompts by position, not by text.
+PROMPTS = ["name a fruit .", "what color is the dog ?", "list two tool items .", "what kind of thing is the cat ?",
+           "name a fruit ."]
+RIGHT = ["sure , apple is a fruit .", "", "sure , saw , drill .", "sure , the cat is a animal .",
+         "sure , plum is a fruit ."]
 
 
 def test_the_scorer_counts_equal_answers_half_and_asks_the_judge_about_the_rest(
@@ -151,14 +154,15 @@ def test_the_scorer_counts_equal_answers_half_and_asks_the_judge_about_the_rest(
     no judge call; baseline two answers right (colour: the world's): the gibberish loses."""
     world = language.world(15)
     right = [a or f"sure , the dog is {world['colors']['dog']} ." for a in RIGHT]
-    ctx = scoring_folders(tmp_path, *served_judge, PROMPTS, {"same": [""] * 4, "right": right})
+    ctx = scoring_folders(tmp_path, *served_judge, PROMPTS, {"same": [""] * 5, "right": right})
     model, generation = score_module.load_checkpoint(Path(ctx["home"]) / "student_model.pt", PARAMS["student_config"])
     same = chat.sample(model, chat.load_tokenizer(Path(ctx["home"])), PROMPTS, seed=0, **generation)
     ctx = scoring_folders(tmp_path / "again", *served_judge, PROMPTS, {"same": same, "right": right})
     result = score_module.score(ctx)
     assert result["message"]["win_rate_vs_same"] == 0.5, result
     assert result["message"]["win_rate_vs_right"] == 0.0, result
-    assert result["raw"] == 0.25 and result["details"]["judge_calls"] == 4, result
+    assert same[0] != same[-1]  # the repeated prompt's two answers differ
+    assert result["raw"] == 0.25 and result["details"]["judge_calls"] == 5, result
 
 
 def test_scoring_past_the_time_limit_is_invalid(tmp_path: Path, served_judge: tuple[str, str]) -> None:

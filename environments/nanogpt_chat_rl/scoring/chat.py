@@ -81,7 +81,8 @@ def sample(model: torch.nn.Module, tokenizer: WordTokenizer | BPETokenizer, prom
     from one generator seeded with `seed`, so the answers depend only on the model, the prompts
     and these arguments. temperature 0 is greedy decoding."""
     model.eval()
-    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
     block = int(model.config.block_size)  # type: ignore[union-attr]
     encoded = [tokenizer.prompt_ids(p)[-(block - 1):] for p in prompts]
     groups: dict[int, list[int]] = {}
@@ -92,10 +93,10 @@ def sample(model: torch.nn.Module, tokenizer: WordTokenizer | BPETokenizer, prom
         members = groups[length]
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
-            x = torch.tensor([encoded[i] for i in chunk], dtype=torch.long)
+            x = torch.tensor([encoded[i] for i in chunk], dtype=torch.long, device=device)
             steps = max(0, min(max_new_tokens, block - length))
-            out = torch.zeros((len(chunk), 0), dtype=torch.long)
-            done = torch.zeros(len(chunk), dtype=torch.bool)
+            out = torch.zeros((len(chunk), 0), dtype=torch.long, device=device)
+            done = torch.zeros(len(chunk), dtype=torch.bool, device=device)
             for _ in range(steps):
                 logits, _ = model(x[:, -block:])
                 logits = logits[:, -1, :].float()

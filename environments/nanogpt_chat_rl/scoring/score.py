@@ -115,7 +115,7 @@ def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], ju
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
-    home, solution, protected, _ = prepare(ctx)
+    home, solution, protected, device = prepare(ctx)
     submission = solution / SUBMISSION
     scored = submission if submission.exists() else home / "student_model.pt"
     message: dict[str, Any] = {}
@@ -132,8 +132,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     prompts = [str(row["prompt"]) for row in rows]
     limit_s = float(ctx.get("max_eval_time_s", 600))
     tokenizer = chat.load_tokenizer(home)
-    answers = chat.sample(model, tokenizer, prompts, max_new_tokens=min(int(ctx.get("max_new_tokens", 60)), 60),
-                          seed=int(ctx.get("seed", 0)), **generation)
+    answers = chat.sample(model.to(device), tokenizer, prompts, seed=int(ctx.get("seed", 0)),
+                          max_new_tokens=min(int(ctx.get("max_new_tokens", 60)), 60), **generation)
     generated_s = time.monotonic() - started
     deadline = started + limit_s
 
