@@ -23,7 +23,7 @@ from rebench.gateway.attempt import env_file
 from rebench.kit.buildutil import load_file
 from rebench.kit.gpt import GPT, GPTConfig
 
-from .conftest import REPO
+from .conftest import REPO, run_cli
 
 ENV_DIR = REPO / "environments" / "nanogpt_chat_rl"
 PARAMS = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
@@ -204,3 +204,13 @@ def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, pa
     result = score_module.score(ctx)
     assert result["raw"] is None and error in result["message"]["error"], result
     assert result["message"]["error"].startswith("invalid submission: ")
+
+
+def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: Path, isolated_cache: Path) -> None:
+    result = run_cli("envs", "build", "nanogpt_chat_rl", "--profile", "paper", "--backend", "local",
+                     env={"REBENCH_ASSETS": str(tmp_path / "no-settings.toml")})
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "'gpt2_xl'" in lines[0] and "--asset gpt2_xl=PATH" in lines[0], lines[0]
+    assert not list(isolated_cache.glob("assets/nanogpt_chat_rl*"))

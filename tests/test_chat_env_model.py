@@ -3,7 +3,7 @@ second baseline finetuned, both baselines' answers stored), then an attempt of t
 agent through the real CLI on the local backend, its judge calls going through the gateway on
 the agent's meter and the scorer's on its own. Nothing is faked.
 
-Slow: the `ci` build trains the student (about 30 s on 2 cores, once per test session's cache)."""
+Slow: the `ci` build trains the student (about a minute on 2 cores, once per test session's cache)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
@@ -86,3 +87,24 @@ def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(tmp_pat
     lines = {line.split(":")[0]: line for line in shown.stdout.splitlines() if line.startswith("gateway (")}
     assert f"{meters['agent']} requests" in lines["gateway (agent)"], shown.stdout
     assert f"{meters['scorer']} requests" in lines["gateway (scorer)"], shown.stdout
+
+
+def test_the_given_rl_finetune_script_runs_and_its_checkpoint_scores(tmp_path: Path) -> None:
+    """The starting script (two samples per prompt, the judge's pick, a step on it) runs as given
+    for a few steps, asks the judge on the agent's meter, and writes a checkpoint the scorer takes."""
+    script = tmp_path / "rl.yaml"
+    script.write_text(yaml.safe_dump({"actions": [{"bash": "python rl_finetune.py --steps 3 --batch 8"},
+                                                  {"score": {}}, {"submit": None}]}))
+    db = tmp_path / "r.db"
+    result = run_cli("run", "--env", ENV, "--agent", "replay", "--agent-arg", f"script={script}", "--profile", "ci",
+                     "--budget", "5m", "--backend", "local", "--db", str(db), timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with sqlite3.connect(db) as connection:
+        (bash,) = connection.execute("select data from events where kind = 'bash'").fetchone()
+        rows = connection.execute("select kind, raw, message from score_events order by id").fetchall()
+        agent_calls = connection.execute("select count(*) from gateway_requests where meter = 'agent' "
+                                         "and status = 200").fetchone()[0]
+    assert "saved" in json.loads(bash)["stdout"] and json.loads(bash)["exit_code"] == 0, bash
+    assert [kind for kind, _, _ in rows] == ["baseline", "intermediate"]
+    assert rows[1][1] is not None and "note" not in json.loads(rows[1][2]), rows  # finetuned_model was scored
+    assert 0 < agent_calls <= 3 * 8
