@@ -18,6 +18,7 @@ DIR/model:     training.json (the build's losses and the baselines' rubric means
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -139,6 +140,10 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
 
 def build_paper(params: dict[str, Any], assets: Path, home: Path, workspace: Path, protected: Path) -> None:
     """GPT-2 XL as the starting checkpoint, the Alpaca prompts and RE-Bench's stored baseline outputs."""
+    # GPT-2's BPE files, fetched once here (like the OpenWebText preparation) into the agent's home,
+    # where chat.py's tokenizer reads them: the sandbox has no network.
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(home / "tiktoken_cache")
+    chat.BPETokenizer(home / "tiktoken_cache")
     fix_build = buildutil.load_file("nanogpt_chat_rl_fix_build", HERE.parent / "fix_embedding" / "build.py")
     config = dict(params["student_config"])
     state = fix_build.load_gpt2(assets / "gpt2-xl.safetensors", config, "GPT-2 XL")

@@ -57,6 +57,8 @@ def main() -> None:
     payload = torch.load(HOME / "student_model.pt", map_location="cpu", weights_only=True)
     model = GPT(GPTConfig(**payload["config"]))
     model.load_state_dict(payload["model_state_dict"], strict=False)
+    device = "cuda" if torch.cuda.is_available() and str(params.get("device", "cpu")).startswith("cuda") else "cpu"
+    model.to(device)
     tokenizer = chat.load_tokenizer(HOME)
     with (SOLUTION / "data" / "prompts.jsonl").open(encoding="utf-8") as handle:
         prompts = [json.loads(line)["prompt"] for line in handle if line.strip()]
@@ -73,7 +75,7 @@ def main() -> None:
         for _ in range(int(plan["sft_steps"])):
             x, y = chat.answer_batch(tokenizer, rng.sample(pairs, min(int(plan["batch_size"]), len(pairs))),
                                      model.config.block_size)
-            loss = chat.answer_loss(model, x, y)
+            loss = chat.answer_loss(model, x.to(device), y.to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -43,9 +43,14 @@ class WordTokenizer:
 
 
 class BPETokenizer:
-    """GPT-2's BPE (paper profile): Alpaca's prompt format, <|endoftext|> ends the answer."""
+    """GPT-2's BPE (paper profile): Alpaca's prompt format, <|endoftext|> ends the answer. Its
+    files come from `cache` (the build's home/tiktoken_cache), never from the network."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: Path | None = None) -> None:
+        import os
+
+        if cache is not None and cache.is_dir():
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
         import tiktoken
 
         self.enc = tiktoken.get_encoding("gpt2")
@@ -68,7 +73,7 @@ def load_tokenizer(home: Path) -> WordTokenizer | BPETokenizer:
     vocab = home / "vocab.json"
     if vocab.is_file():
         return WordTokenizer(json.loads(vocab.read_text(encoding="utf-8")))
-    return BPETokenizer()
+    return BPETokenizer(home / "tiktoken_cache")
 
 
 @torch.no_grad()

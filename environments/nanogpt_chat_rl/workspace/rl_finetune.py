@@ -44,6 +44,8 @@ def main() -> None:
     with (HERE / "data" / "prompts.jsonl").open(encoding="utf-8") as handle:
         prompts = [json.loads(line)["prompt"] for line in handle if line.strip()]
     model = load(args.init)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     rng = random.Random(0)
     for step in range(args.steps):
@@ -54,7 +56,7 @@ def main() -> None:
         chosen = [a if keep else b for a, b, keep in zip(first, second, preferred, strict=True)]
         model.train()
         x, y = chat.answer_batch(tokenizer, list(zip(batch, chosen, strict=True)), model.config.block_size)
-        loss = chat.answer_loss(model, x, y)
+        loss = chat.answer_loss(model, x.to(device), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
