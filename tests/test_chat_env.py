@@ -213,4 +213,4 @@ def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: 
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "'gpt2_xl'" in lines[0] and "--asset gpt2_xl=PATH" in lines[0], lines[0]
-    assert not list(isolated_cache.glob("assets/nanogpt_chat_rl*"))
+    assert not list(isolated_cache.glob("assets/nanogpt_chat_rl/paper*"))  # nothing half-built
