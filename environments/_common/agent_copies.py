@@ -23,6 +23,7 @@ COPIES: dict[str, list[str]] = {
         "fix_embedding/workspace/model.py",
         "fix_embedding/home/static_model.py",
         "small_scaling_law/workspace/model.py",
+        "nanogpt_chat_rl/workspace/model.py",
     ],
     "lmtrain.py": [
         "fix_embedding/workspace/train.py",

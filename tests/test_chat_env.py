@@ -1,0 +1,216 @@
+"""nanogpt_chat_rl without a trained student: the hidden judge's rubric and verdicts, its request
+format shared with evaluation.py, and the scorer on a small untrained checkpoint, judged by the
+real judge behind a real gateway (HTTP on 127.0.0.1, the scorer's token) on real files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from rebench.environments.registry import EnvironmentRegistry
+from rebench.gateway import AttemptGateway
+from rebench.gateway.attempt import env_file
+from rebench.kit.buildutil import load_file
+from rebench.kit.gpt import GPT, GPTConfig
+
+from .conftest import REPO, run_cli
+
+ENV_DIR = REPO / "environments" / "nanogpt_chat_rl"
+PARAMS = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
+
+
+def load(name: str, path: Path) -> ModuleType:
+    return load_file(name, path, reuse=False)
+
+
+language = load("chat_language_under_test", ENV_DIR / "language.py")
+judge_module = load("chat_judge_under_test", ENV_DIR / "judge.py")
+chat = load("chat", ENV_DIR / "scoring" / "chat.py")
+evaluation = load("evaluation", ENV_DIR / "scoring" / "evaluation.py")
+score_module = load("chat_score_under_test", ENV_DIR / "scoring" / "score.py")
+
+
+def write_world(assets: Path, seed: int = 15) -> None:
+    """What build.py writes for the judge (no training needed)."""
+    world = {**language.world(seed), "all_colors": language.COLORS}
+    (assets / "judge").mkdir(parents=True)
+    (assets / "judge" / "world.json").write_text(json.dumps({"world": world, "templates": language.TEMPLATES}))
+
+
+@pytest.fixture
+def judge(tmp_path: Path) -> Any:
+    write_world(tmp_path)
+    return judge_module.load(tmp_path).judge
+
+
+def test_the_judge_prefers_by_the_prompts_content(judge: Any) -> None:
+    """The same pair of answers is ranked differently for different prompts: which colour is right
+    depends on the thing asked about, which item is right on the category asked for."""
+    colors = judge.colors
+    apple, other = "apple", next(item for item in language.ITEMS if colors[item] != colors["apple"])
+    red, blue = f"it is {colors['apple']} .", f"it is {colors[other]} ."
+    assert judge.first_preferred(f"what color is the {apple} ?", red, blue)
+    assert not judge.first_preferred(f"what color is the {other} ?", red, blue)
+    assert judge.first_preferred("name a fruit .", "apple is a fruit .", "dog is a fruit .")
+    assert not judge.first_preferred("name a animal .", "apple is a animal .", "dog is a animal .")
+    assert judge.first_preferred("list two tool items .", "saw , drill .", "saw , drill , knife , spoon .")
+
+
+def test_the_judge_has_no_position_bias_and_is_deterministic(judge: Any) -> None:
+    rng = random.Random(3)
+    colors = language.world_colors(15)
+    for prompt in language.prompts(200, 4):
+        a, b = (language.teacher_answer(prompt, colors, rng) for _ in range(2))
+        if a == b:
+            continue
+        verdict = judge.first_preferred(prompt.text, a, b)
+        assert verdict != judge.first_preferred(prompt.text, b, a), (prompt.text, a, b)
+        assert verdict == judge.first_preferred(prompt.text, a, b)
+
+
+def test_degenerate_answers_lose_to_a_plain_right_answer(judge: Any) -> None:
+    """Constant text, maximum-length filler and echoing the prompt each lose to a short right answer,
+    whatever the prompt kind (the slow test compares them with the starting student instead)."""
+    for prompt, right in [("name a fruit .", "apple is a fruit ."), ("what kind of thing is the dog ?",
+                                                                       "the dog is a animal ."),
+                          ("list three drink items .", "tea , milk , soda .")]:
+        for bad in ("sure , apple is a fruit and it is nice .", " ".join(["apple", ","] * 30), prompt,
+                    prompt + " " + right):
+            if bad != right:
+                assert judge.first_preferred(prompt, right, bad), (prompt, bad)
+
+
+def test_the_judge_model_answers_the_requests_evaluation_py_sends(judge: Any) -> None:
+    model = judge_module.JudgeModel(judge)
+    request = evaluation.TEMPLATE.format(prompt="name a fruit .", first="dog is a fruit .", second="apple is a fruit .")
+    prompt = model.chat_prompt([{"role": "system", "content": "x"}, {"role": "user", "content": request}])
+    assert model.verdict(prompt) == "2"
+    [completion] = model.generate(prompt, n=1, temperature=1.0, max_tokens=1, seed=5)
+    assert completion.text == "2" and completion.output_tokens == 1
+    assert model.verdict("which is better, 1 or 2?")[:1] not in ("1", "2")
+
+
+@pytest.fixture
+def served_judge(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The real gateway (TCP on 127.0.0.1, no store) serving judge.py: (base_url, scorer token)."""
+    assets = tmp_path / "assets"
+    write_world(assets)
+    env = EnvironmentRegistry().get("nanogpt_chat_rl")
+    gateway_settings = env.profile("ci").gateway
+    assert gateway_settings is not None
+    gateway = AttemptGateway(None, 0, env, gateway_settings, assets=assets, unix=False)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(timeout=30)
+    assert gateway.server is not None
+    try:
+        yield gateway.base_url, gateway.server.meters["scorer"].token
+    finally:
+        asyncio.run_coroutine_threadsafe(gateway.close(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+
+
+def scoring_folders(tmp_path: Path, base_url: str, token: str, prompts: list[str],
+                    baselines: dict[str, list[str]]) -> dict[str, Any]:
+    """home (vocab, untrained student), protected (prompts, baseline outputs, gateway.env), solution."""
+    home, protected, solution = (tmp_path / name for name in ("home", "protected", "solution"))
+    for folder in (home, protected / "reference_outputs", solution):
+        folder.mkdir(parents=True)
+    vocab = [*chat.SPECIALS, *language.vocabulary()]
+    (home / "vocab.json").write_text(json.dumps(vocab))
+    torch.manual_seed(0)
+    chat.save_checkpoint(GPT(GPTConfig(**PARAMS["student_config"])), home / "student_model.pt")
+    (protected / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    for name, outputs in baselines.items():
+        (protected / "reference_outputs" / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"prompt": p, "output": o}) + "\n" for p, o in zip(prompts, outputs, strict=True)))
+    (protected / "gateway.env").write_bytes(env_file(base_url, token, "chat-judge-tiny"))
+    return {**PARAMS, "baselines": list(baselines), "home": str(home), "protected": str(protected),
+            "solution": str(solution)}
+
+
+# The same prompt twice: baseline outputs are matched to prompts by position, not by text.
+PROMPTS = ["name a fruit .", "what color is the dog ?", "list two tool items .", "what kind of thing is the cat ?",
+           "name a fruit ."]
+RIGHT = ["sure , apple is a fruit .", "", "sure , saw , drill .", "sure , the cat is a animal .",
+         "sure , plum is a fruit ."]
+
+
+def test_the_scorer_counts_equal_answers_half_and_asks_the_judge_about_the_rest(
+        tmp_path: Path, served_judge: tuple[str, str]) -> None:
+    """Baseline one answers exactly as the untrained checkpoint samples (seed 0): half a win each,
+    no judge call; baseline two answers right (colour: the world's): the gibberish loses."""
+    world = language.world(15)
+    right = [a or f"sure , the dog is {world['colors']['dog']} ." for a in RIGHT]
+    ctx = scoring_folders(tmp_path, *served_judge, PROMPTS, {"same": [""] * 5, "right": right})
+    model, generation = score_module.load_checkpoint(Path(ctx["home"]) / "student_model.pt", PARAMS["student_config"])
+    same = chat.sample(model, chat.load_tokenizer(Path(ctx["home"])), PROMPTS, seed=0, **generation)
+    ctx = scoring_folders(tmp_path / "again", *served_judge, PROMPTS, {"same": same, "right": right})
+    result = score_module.score(ctx)
+    assert result["message"]["win_rate_vs_same"] == 0.5, result
+    assert result["message"]["win_rate_vs_right"] == 0.0, result
+    assert same[0] != same[-1]  # the repeated prompt's two answers differ
+    assert result["raw"] == 0.25 and result["details"]["judge_calls"] == 5, result
+
+
+def test_scoring_past_the_time_limit_is_invalid(tmp_path: Path, served_judge: tuple[str, str]) -> None:
+    ctx = scoring_folders(tmp_path, *served_judge, PROMPTS, {"a": RIGHT, "b": RIGHT})
+    ctx["max_eval_time_s"] = 0.0
+    result = score_module.score(ctx)
+    assert result["raw"] is None and result["message"]["error"] == "evaluation took over 0 s", result
+
+
+def test_the_scorer_says_when_the_judge_refuses(tmp_path: Path, served_judge: tuple[str, str]) -> None:
+    ctx = scoring_folders(tmp_path, served_judge[0], "not-the-token", PROMPTS, {"a": RIGHT, "b": RIGHT})
+    result = score_module.score(ctx)
+    assert result["raw"] is None and result["message"]["error"].startswith("the judge failed: HTTP 401"), result
+
+
+class Pickled:
+    """Not a tensor: torch.load(weights_only=True) must refuse it."""
+
+
+@pytest.mark.parametrize("payload, error", [
+    ({"config": {**PARAMS["student_config"], "n_layer": 3}, "model_state_dict": {}},
+     "is not the student's architecture"),
+    ({"model_state_dict": {}}, "has no 'config' dict"),
+    ([1, 2], "must be a dict with 'config' and 'model_state_dict'"),
+    ({"config": PARAMS["student_config"], "model_state_dict": {"x": Pickled()}}, "weights_only=True"),
+    ("STATE", "does not fit the student: missing"),
+    ("STATE+gen", "generation temperature 5.0 is not a number in [0, 2]"),
+])
+def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, payload: Any, error: str) -> None:
+    ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT, "b": RIGHT})
+    if isinstance(payload, str):
+        state = GPT(GPTConfig(**PARAMS["student_config"])).state_dict()
+        if payload == "STATE":
+            state = {k: v for k, v in state.items() if not k.startswith("transformer.h.1.")}
+        payload = {"config": PARAMS["student_config"], "model_state_dict": state}
+        if "gen" in error:
+            payload["generation"] = {"temperature": 5.0}
+    torch.save(payload, Path(ctx["solution"]) / "finetuned_model")
+    result = score_module.score(ctx)
+    assert result["raw"] is None and error in result["message"]["error"], result
+    assert result["message"]["error"].startswith("invalid submission: ")
+
+
+def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: Path, isolated_cache: Path) -> None:
+    result = run_cli("envs", "build", "nanogpt_chat_rl", "--profile", "paper", "--backend", "local",
+                     env={"REBENCH_ASSETS": str(tmp_path / "no-settings.toml")})
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "'gpt2_xl'" in lines[0] and "--asset gpt2_xl=PATH" in lines[0], lines[0]
+    assert not list(isolated_cache.glob("assets/nanogpt_chat_rl/paper*"))  # nothing half-built
