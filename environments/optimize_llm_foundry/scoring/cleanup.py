@@ -1,0 +1,67 @@
+"""Removes what a scoring run of finetune.sh left behind, as the user that ran it (score.py passes
+this file's source to `python -P -c` through the helper's confinement).
+
+    python -P -c SOURCE READ_FD WRITE_FD SCRATCH SCORER_UID SWEEP_DIR...
+
+The run saw the hidden training file, so nothing it wrote may outlive the scoring call: the scratch
+folder's contents go, and where the run had its own user (not the scorer's: the Docker backend's
+`subject`), so does everything that user owns in the SWEEP_DIRs (the world-writable folders and the
+agent's home), where it could have left a copy for the agent.
+"""
+
+import os
+import shutil
+import stat
+import sys
+
+from rebench.kit.confined import Channel
+
+
+def _remove(path):
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        if info.st_uid == os.getuid():
+            os.chmod(path, 0o700)
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _sweep(folder, uid):
+    """Everything `uid` owns beneath `folder` (not following links)."""
+    removed = 0
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                owner = os.lstat(path).st_uid
+            except OSError:
+                continue
+            if owner == uid:
+                _remove(path)
+                removed += 1
+                if name in dirs:
+                    dirs.remove(name)
+    return removed
+
+
+def main():
+    channel = Channel(sys.argv)
+    scratch, scorer_uid, *sweep = channel.args
+    for name in os.listdir(scratch):
+        _remove(os.path.join(scratch, name))
+    removed = 0
+    if os.getuid() != int(scorer_uid):
+        for folder in sweep:
+            removed += _sweep(folder, os.getuid())
+    channel.send({"removed": removed})
+
+
+if __name__ == "__main__":
+    main()
