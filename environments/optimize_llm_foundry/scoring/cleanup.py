@@ -9,6 +9,7 @@ folder's contents go, and where the run had its own user (not the scorer's: the 
 agent's home), where it could have left a copy for the agent.
 """
 
+import contextlib
 import os
 import shutil
 import stat
@@ -27,10 +28,8 @@ def _remove(path):
             os.chmod(path, 0o700)
         shutil.rmtree(path, ignore_errors=True)
     else:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
 
 
 def _sweep(folder, uid):

@@ -81,7 +81,7 @@ def read_weights(folder: str) -> tuple[dict[str, np.ndarray] | None, str]:
     try:
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
-        return None, f"{OUTPUT}/ is missing or not a folder ({exc.strerror})"
+        return None, f"{OUTPUT}/ is missing, a link or not a folder ({exc.strerror})"
     try:
         names = sorted(name for name in os.listdir(dir_fd) if name.endswith(".safetensors"))
         if not names:
@@ -117,7 +117,7 @@ def reference_weights(protected: Path) -> dict[str, np.ndarray]:
 
 def _open_tree(folder: Path) -> None:
     """Let the run's own user (another one on the Docker backend) write the copy and remove what is in it."""
-    for root, dirs, files in os.walk(folder):
+    for root, _dirs, files in os.walk(folder):
         os.chmod(root, 0o777)
         for name in files:
             path = os.path.join(root, name)

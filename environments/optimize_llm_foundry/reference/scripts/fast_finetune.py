@@ -11,7 +11,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minifoundry import config, data, trainer  # noqa: E402
+from minifoundry import config, data, trainer
 
 
 def main() -> None:

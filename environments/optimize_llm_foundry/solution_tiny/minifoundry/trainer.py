@@ -36,8 +36,9 @@ def build_loader(spec: dict[str, Any], data_local: str, batch_size: int, seed: i
     else:
         sampler = SequentialSampler(dataset)
     workers = int(spec.get("num_workers", 0))
+    persistent = bool(spec.get("persistent_workers", False)) and workers > 0
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=bool(spec.get("drop_last", False)),
-                      num_workers=workers, persistent_workers=bool(spec.get("persistent_workers", False)) and workers > 0,
+                      num_workers=workers, persistent_workers=persistent,
                       multiprocessing_context=spec.get("multiprocessing_context") if workers > 0 else None,
                       prefetch_factor=spec.get("prefetch_factor") if workers > 0 else None)
 

@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minifoundry import data  # noqa: E402
+from minifoundry import data
 
 
 def main() -> None:

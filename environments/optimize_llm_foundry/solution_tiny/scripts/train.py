@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minifoundry import config, trainer  # noqa: E402
+from minifoundry import config, trainer
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
