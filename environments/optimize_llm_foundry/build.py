@@ -106,6 +106,16 @@ def main() -> None:
         summary = {"reference_model": sorted(p.name for p in (protected / "reference_model").iterdir())}
         (protected / "reference_model.json").write_text(json.dumps(summary, indent=1) + "\n")
     buildutil.write_params(home, args.profile, params)
+    readable(args.out)
+
+
+def readable(out: Path) -> None:
+    """Every built file readable by all (transformers writes weights with mode 0600): the agent reads
+    its home's base model, the scorer (group `protected`) the reference model; the harness's copy
+    closes /protected to others."""
+    for path in out.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o100 else 0o644)
 
 
 if __name__ == "__main__":

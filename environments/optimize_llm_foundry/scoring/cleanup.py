@@ -1,7 +1,12 @@
-"""Removes what a scoring run of finetune.sh left behind, as the user that ran it (score.py passes
-this file's source to `python -P -c` through the helper's confinement).
+"""Runs as the user that ran finetune.sh, after it (score.py passes this file's source to
+`python -P -c` through the helper's confinement), in one of two modes.
 
-    python -P -c SOURCE READ_FD WRITE_FD SCRATCH SCORER_UID SWEEP_DIR...
+    python -P -c SOURCE READ_FD WRITE_FD open FOLDER
+    python -P -c SOURCE READ_FD WRITE_FD clean SCRATCH SCORER_UID SWEEP_DIR...
+
+`open` makes FOLDER (trained_model/) and the regular files directly in it readable by others, so
+the scorer can read weights that were written private (transformers saves them with mode 0600);
+links are left alone. `clean`:
 
 The run saw the hidden training file, so nothing it wrote may outlive the scoring call: the scratch
 folder's contents go, and where the run had its own user (not the scorer's: the Docker backend's
@@ -50,9 +55,31 @@ def _sweep(folder, uid):
     return removed
 
 
+def _open(folder):
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return 0
+        os.chmod(folder, 0o755)
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    opened = 0
+    for name in names:
+        path = os.path.join(folder, name)
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.chmod(path, 0o644)
+                opened += 1
+    return opened
+
+
 def main():
     channel = Channel(sys.argv)
-    scratch, scorer_uid, *sweep = channel.args
+    mode, *args = channel.args
+    if mode == "open":
+        channel.send({"opened": _open(args[0])})
+        return
+    scratch, scorer_uid, *sweep = args
     for name in os.listdir(scratch):
         _remove(os.path.join(scratch, name))
     removed = 0

@@ -187,18 +187,23 @@ def run_finetune(ctx: dict[str, Any], solution: Path, timer: str, limit_s: float
         tree.close()
 
 
-def clean(ctx: dict[str, Any], solution: Path) -> int:
-    """Remove what the run left, as the run's user (see cleanup.py); returns how many of its files
-    outside the scratch folder were removed."""
-    sweep = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", str(ctx["home"])) if os.path.isdir(folder)]
+def as_run_user(ctx: dict[str, Any], args: list[str], key: str) -> int:
+    """cleanup.py with `args`, as the run's user; the count it reports under `key` (0 if it fails)."""
     source = (HERE / "cleanup.py").read_text(encoding="utf-8")
-    child = ConfinedChild(ctx, source, [str(solution), str(os.getuid()), *sweep], cwd="/", name="cleanup")
+    child = ConfinedChild(ctx, source, args, cwd="/", name="cleanup")
     try:
-        return int(child.receive(120.0).get("removed", 0))
+        return int(child.receive(120.0).get(key, 0))
     except (ChildFailed, ChildTimeout):
         return 0
     finally:
         child.close()
+
+
+def clean(ctx: dict[str, Any], solution: Path) -> int:
+    """Remove what the run left, as the run's user (see cleanup.py); returns how many of its files
+    outside the scratch folder were removed."""
+    sweep = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", str(ctx["home"])) if os.path.isdir(folder)]
+    return as_run_user(ctx, ["clean", str(solution), str(os.getuid()), *sweep], "removed")
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +230,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         if run["exit"] != 0:
             error = run.get("error") or f"finetune.sh exited with {run['exit']}"
             return {"raw": None, "message": {"error": error, "output": run["output"][-600:]}, "details": details}
+        as_run_user(ctx, ["open", str(solution / OUTPUT)], "opened")  # files the run wrote private
         produced, why = read_weights(str(solution / OUTPUT))
         diff: float | None = None
         if produced is not None:
