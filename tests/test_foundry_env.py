@@ -61,7 +61,6 @@ def _save(folder: Path, tensors: dict[str, np.ndarray]) -> None:
 def test_weights_are_read_without_following_links(tmp_path: Path) -> None:
     """A trained_model/ that is a link, or holds a link, to the reference model reads nothing: the
     scorer may read /protected, the agent's code may not, so following a link would hand it the answer."""
-    pytest.importorskip("safetensors")
     secret = tmp_path / "protected" / "reference_model"
     _save(secret, {"w": np.ones(4, np.float32)})
     assert score_module.read_weights(str(secret))[0] is not None
@@ -193,6 +192,9 @@ def train_on_own_data(python: Path, solution: Path) -> Path:
 def test_start_and_reference_train_the_reference_weights_and_the_reference_is_over_twice_as_fast(
         ci_build: tuple[Path, Path], tmp_path: Path) -> None:
     built, python = ci_build
+    # every built file is readable by others (the agent reads the base model, the scorer the reference)
+    private = [path for path in built.rglob("*") if not path.is_symlink() and not path.stat().st_mode & 0o004]
+    assert not private, private[:5]
     start = score_with(python, layout(tmp_path / "start", built))
     assert start["raw"] is not None, start
     details = start["details"]
