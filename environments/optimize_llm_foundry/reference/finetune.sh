@@ -20,7 +20,7 @@ python "$FOUNDRY/scripts/data_prep/convert_finetuning_dataset.py" --dataset json
   --data_files ../train_data.jsonl --out_root finetuning_tokens --skip-preprocessing --max_seq_len 4096 \
   --tokenizer "$BASE_MODEL"
 composer "$FOUNDRY/scripts/train/train.py" finetune.yaml data_local=finetuning_tokens \
-  model_name_or_path="$BASE_MODEL" train_loader.dataset.split=train '~eval_loader' eval_interval=0 \
-  train_loader.num_workers=1 save_weights_only=true save_folder=ftout
+  model_name_or_path="$BASE_MODEL" train_loader.dataset.split=train eval_loader.dataset.split=train eval_interval=0 \
+  train_loader.num_workers=1 eval_loader.num_workers=0 save_weights_only=true save_folder=ftout
 python "$FOUNDRY/scripts/inference/convert_composer_to_hf.py" --composer_path ftout/latest-rank0.pt \
   --hf_output_path trained_model --output_precision bf16
