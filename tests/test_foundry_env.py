@@ -243,6 +243,7 @@ def test_copied_models_and_changed_hyperparameters_are_invalid(ci_build: tuple[P
 LINGERING = """#!/usr/bin/env bash
 cd "$(dirname "$0")"
 ( sleep 1; bash original.sh > /dev/null 2>&1 ) &
+echo $! > {pid_file}
 disown
 exit 0
 """
@@ -256,11 +257,15 @@ def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(
     ctx = layout(tmp_path / "lingering", built, reference=True)
     solution = Path(ctx["solution"])
     shutil.copy(solution / "finetune.sh", solution / "original.sh")
-    (solution / "finetune.sh").write_text(LINGERING)
+    (tmp_path / "out").mkdir()  # not beside protected/: Landlock leaves no rule on that folder itself
+    pid_file = tmp_path / "out" / "lingering.pid"
+    (solution / "finetune.sh").write_text(LINGERING.format(pid_file=pid_file))
     result = score_with(python, ctx)
     assert result["raw"] is None and "missing" in result["message"]["error"], result["message"]
     assert result["details"]["leftover_processes_killed"] >= 1
-    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
-    for pid in leftovers:
-        os.kill(int(pid), signal.SIGKILL)
-    assert not leftovers
+    assert pid_file.exists(), result
+    pid = int(pid_file.read_text())
+    alive = Path(f"/proc/{pid}").exists()
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the background job outlived scoring"
