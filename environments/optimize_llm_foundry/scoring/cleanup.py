@@ -6,10 +6,9 @@
 
 `open` makes FOLDER (trained_model/) and the regular files directly in it readable by others, so
 the scorer can read weights that were written private (transformers saves them with mode 0600);
-links are left alone. `clean`:
-
-The run saw the hidden training file, so nothing it wrote may outlive the scoring call: the scratch
-folder's contents go, and where the run had its own user (not the scorer's: the Docker backend's
+links are left alone. `clean`: the run saw the hidden training file, so nothing it wrote may
+outlive the scoring call: what this user can remove in the scratch folder goes (the scorer then
+removes the rest, its own files), and where the run had its own user (not the scorer's: the Docker backend's
 `subject`), so does everything that user owns in the SWEEP_DIRs (the world-writable folders and the
 agent's home), where it could have left a copy for the agent.
 """

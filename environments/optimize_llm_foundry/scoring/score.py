@@ -126,15 +126,16 @@ def _open_tree(folder: Path) -> None:
 
 
 def prepare(ctx: dict[str, Any], scratch: Path) -> Path:
-    """scratch/solution (a copy, without trained_model/), scratch/train_data.jsonl (the hidden file)
-    and scratch/base_model (a link to the home's); returns the copy."""
+    """scratch/solution (a copy, without trained_model/), scratch/train_data.jsonl (the hidden file),
+    scratch/base_model (a link to the home's), scratch/home and scratch/tmp; returns the copy."""
     home, protected = Path(str(ctx["home"])), Path(str(ctx["protected"]))
     solution = scratch / "solution"
     shutil.copytree(str(ctx["solution"]), solution, symlinks=True,
                     ignore=lambda folder, names: [OUTPUT] if Path(folder) == Path(str(ctx["solution"])) else [])
-    for name in ("home", "tmp"):
-        (solution / ".run" / name).mkdir(parents=True, exist_ok=True)
     _open_tree(solution)
+    for name in ("home", "tmp"):  # the run's HOME and TMPDIR, beside the copy (not in it: no link can redirect them)
+        (scratch / name).mkdir()
+        os.chmod(scratch / name, 0o777)
     shutil.copy(protected / HIDDEN_DATA, scratch / "train_data.jsonl")
     os.chmod(scratch / "train_data.jsonl", 0o644)
     (scratch / "base_model").symlink_to(home / "base_model")
@@ -147,7 +148,7 @@ def run_env(ctx: dict[str, Any], solution: Path) -> dict[str, str]:
     limits = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads > 0 else {}
     return {**RUN_ENV, **limits,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(solution / ".run" / "home"), "TMPDIR": str(solution / ".run" / "tmp")}
+            "HOME": str(solution.parent / "home"), "TMPDIR": str(solution.parent / "tmp")}
 
 
 def run_finetune(ctx: dict[str, Any], solution: Path, timer: str, limit_s: float) -> dict[str, Any]:
@@ -199,11 +200,11 @@ def as_run_user(ctx: dict[str, Any], args: list[str], key: str) -> int:
         child.close()
 
 
-def clean(ctx: dict[str, Any], solution: Path) -> int:
+def clean(ctx: dict[str, Any], scratch: Path) -> int:
     """Remove what the run left, as the run's user (see cleanup.py); returns how many of its files
     outside the scratch folder were removed."""
     sweep = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", str(ctx["home"])) if os.path.isdir(folder)]
-    return as_run_user(ctx, ["clean", str(solution), str(os.getuid()), *sweep], "removed")
+    return as_run_user(ctx, ["clean", str(scratch), str(os.getuid()), *sweep], "removed")
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +248,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         return {"raw": math.log(seconds), "message": message, "details": details}
     finally:
         with contextlib.suppress(Exception):
-            removed = clean(ctx, scratch / "solution")
+            removed = clean(ctx, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
         if removed:
             print(f"cleanup removed {removed} files of the run outside its folder", file=sys.stderr)
