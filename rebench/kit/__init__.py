@@ -7,7 +7,8 @@ never one the agent could have changed. Environments import it as `rebench.kit`;
 folders hold only what the agent is given (see environments/_common/agent_copies.py).
 
 Scoring time (stdlib only, like the helper): `confined` (running the agent's code in a
-confined child and talking to it) and `context` (`python score.py` run by hand).
+confined child and talking to it), `proctree` (CPU time of the agent's whole process tree and
+the SIGCHLD guard, for timing scores) and `context` (`python score.py` run by hand).
 Build time and models (NumPy; PyTorch where the environment has it): `buildutil`,
 `corpus`, `owt`, `gpt`, `lmtrain`, `torch_rule_enforcer`, `torch_scoring` (scorers of models).
 

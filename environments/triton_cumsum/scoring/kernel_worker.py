@@ -36,69 +36,12 @@ In: {"import": true}  import solution.py; from then on its prefix_sum is called
     ""            exit
 """
 
-import ctypes
 import mmap
 import os
-import platform
-import signal
-import struct
 import sys
 
 from rebench.kit.confined import Channel, import_file
-
-_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
-# (audit arch, rt_sigaction's number) for the architectures the images are built for
-_ARCHES = {"x86_64": (0xC000003E, 13), "aarch64": (0xB7 | 0xC0000000, 134)}
-
-
-def _sigchld_guard_program(machine):
-    """A seccomp filter that fails rt_sigaction(SIGCHLD, new action) with EPERM and every
-    system call of another ABI (32-bit, x32) with ENOSYS; it allows everything else."""
-    arch, rt_sigaction = _ARCHES[machine]
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-
-    def op(code, k, jt=0, jf=0):
-        return struct.pack("HBBI", code, jt, jf, k)
-
-    return b"".join([
-        op(load, 4),                            # 0: arch
-        op(jeq, arch, 1, 0),                    # 1
-        op(ret, enosys),                        # 2: another ABI
-        op(load, 0),                            # 3: system call number
-        op(jge, 0x40000000, 0, 1),              # 4: x32 numbers (x86-64)
-        op(ret, enosys),                        # 5
-        op(jeq, rt_sigaction, 0, 6),            # 6: not rt_sigaction: allow (13)
-        op(load, 16),                           # 7: signal number (low half of args[0])
-        op(jeq, signal.SIGCHLD, 0, 4),          # 8: another signal: allow
-        op(load, 24),                           # 9: new action pointer, low half
-        op(jeq, 0, 0, 3),                       # 10: set: deny (14)
-        op(load, 28),                           # 11: high half
-        op(jeq, 0, 0, 1),                       # 12: set: deny
-        op(ret, allow),                         # 13
-        op(ret, eperm),                         # 14
-    ])
-
-
-def guard_sigchld():
-    """Install the SIGCHLD guard for this process and all it starts; 'active' or why not."""
-    machine = platform.machine()
-    if machine not in _ARCHES:
-        return f"unavailable: no filter for {machine}"
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    program = _sigchld_guard_program(machine)
-    filters = ctypes.create_string_buffer(program, len(program))
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    fprog = Program(len(program) // 8, ctypes.addressof(filters))
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return f"unavailable: no_new_privs: {os.strerror(ctypes.get_errno())}"
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        return f"unavailable: seccomp: {os.strerror(ctypes.get_errno())}"
-    return "active"
+from rebench.kit.proctree import guard_sigchld
 
 
 def _do_nothing(x):

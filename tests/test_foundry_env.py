@@ -1,0 +1,271 @@
+"""optimize_llm_foundry: the scorer runs the agent's finetune.sh itself, confined, on a training file
+the agent has not seen, charges the CPU time of its whole process tree, and compares the weights
+with the reference model in /protected. Real builds (the `ci` profile), real subprocesses, real
+Landlock confinement where the kernel has it; nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rebench.environments import assets as operator_assets
+from rebench.environments.build import assets_dir, local_python
+from rebench.environments.registry import EnvironmentRegistry
+from rebench.errors import RebenchError
+from rebench.kit import proctree
+from rebench.kit.buildutil import load_file
+from rebench.sandbox.base import SandboxPaths
+from rebench.scoring import score_helper
+from rebench.scoring.harness_files import harness_folder
+
+from .conftest import REPO
+
+ENV_DIR = REPO / "environments" / "optimize_llm_foundry"
+score_module = load_file("foundry_score_under_test", ENV_DIR / "scoring" / "score.py", reuse=False)
+
+
+def env() -> Any:
+    return EnvironmentRegistry(REPO / "environments").get("optimize_llm_foundry")
+
+
+# -- the weight check, without a build ---------------------------------------------------------------
+
+def test_l1_difference_is_the_total_over_tensors_and_refuses_other_shapes_or_names() -> None:
+    reference = {"a": np.zeros((2, 2), np.float32), "b": np.ones(3, np.float32)}
+    produced = {"a": np.full((2, 2), 0.25, np.float32), "b": np.array([1.0, 0.5, 1.0], np.float32)}
+    assert score_module.l1_difference(produced, reference) == (pytest.approx(1.5), "")
+    assert score_module.l1_difference(reference, reference) == (0.0, "")
+    diff, why = score_module.l1_difference({"a": produced["a"]}, reference)
+    assert diff is None and "missing ['b']" in why
+    diff, why = score_module.l1_difference({**reference, "a": np.zeros((4,), np.float32)}, reference)
+    assert diff is None and "shape" in why
+
+
+def _save(folder: Path, tensors: dict[str, np.ndarray]) -> None:
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def test_weights_are_read_without_following_links(tmp_path: Path) -> None:
+    """A trained_model/ that is a link, or holds a link, to the reference model reads nothing: the
+    scorer may read /protected, the agent's code may not, so following a link would hand it the answer."""
+    secret = tmp_path / "protected" / "reference_model"
+    _save(secret, {"w": np.ones(4, np.float32)})
+    assert score_module.read_weights(str(secret))[0] is not None
+    linked_folder = tmp_path / "a" / "trained_model"
+    linked_folder.parent.mkdir()
+    linked_folder.symlink_to(secret)
+    tensors, why = score_module.read_weights(str(linked_folder))
+    assert tensors is None and "a link or not a folder" in why
+    linked_file = tmp_path / "b" / "trained_model"
+    linked_file.mkdir(parents=True)
+    (linked_file / "model.safetensors").symlink_to(secret / "model.safetensors")
+    tensors, why = score_module.read_weights(str(linked_file))
+    assert tensors is None and "without following a link" in why
+    os.mkfifo(linked_file.parent / "fifo.safetensors")
+    (linked_file / "model.safetensors").unlink()
+    os.rename(linked_file.parent / "fifo.safetensors", linked_file / "model.safetensors")
+    tensors, why = score_module.read_weights(str(linked_file))  # a FIFO would block a plain read
+    assert tensors is None and "not a regular file" in why
+
+
+# -- the SIGCHLD guard in its no-effect form ---------------------------------------------------------
+
+GUARDED = textwrap.dedent("""
+    import os, signal, sys, time
+    from rebench.kit.proctree import guard_sigchld
+    print(guard_sigchld(refuse=False), flush=True)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # succeeds, without effect
+    print("handler set", flush=True)
+    child = os.fork()
+    if child == 0:
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        os._exit(0)
+    time.sleep(0.6)
+    # with SIGCHLD really ignored the kernel would have reaped the child already, time and all
+    print("zombie" if open(f"/proc/{child}/stat").read().split(")")[1].split()[0] == "Z" else "reaped", flush=True)
+    os.waitpid(child, 0)
+""")
+
+
+def test_the_no_effect_guard_keeps_children_waitable_and_their_cpu_time_counted() -> None:
+    tree = proctree.ProcessTree()
+    try:
+        before = tree.cpu_seconds()
+        done = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(harness_folder())})
+        spent = tree.cpu_spent(before, tree.cpu_seconds())
+    finally:
+        tree.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["active", "handler", "set", "zombie"]
+    assert spent >= 0.28  # the grandchild's 0.3 s, counted through its parent
+
+
+def test_the_refusing_guard_is_unchanged_for_the_kernel_environment() -> None:
+    code = ("from rebench.kit.proctree import guard_sigchld\nimport signal\nprint(guard_sigchld())\n"
+            "try:\n    signal.signal(signal.SIGCHLD, signal.SIG_IGN)\nexcept OSError as exc:\n    print(exc.errno)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(harness_folder())})
+    assert done.stdout.split() == ["active", "1"], done.stderr
+
+
+# -- metadata, instructions and the paper profile's assets --------------------------------------------
+
+def test_every_profile_fills_the_instructions_and_names_its_timer() -> None:
+    environment = env()
+    for profile in ("paper", "tiny", "ci"):
+        text = environment.instructions(profile, SandboxPaths())
+        assert "/home/agent/solution/finetune.sh" in text and "have not seen" in text
+        assert ("wall clock" in text) == (profile == "paper")
+    assert environment.profile("paper").score_timeout_s == 480
+    assert environment.profile("paper").anchors.start == pytest.approx(5.6058, abs=1e-4)
+
+
+def test_the_paper_build_names_the_missing_asset_and_a_wrong_path(tmp_path: Path) -> None:
+    environment = env()
+    with pytest.raises(RebenchError) as missing:
+        operator_assets.verify(environment, "paper", {})
+    assert "asset 'base_model'" in str(missing.value) and "deepseek-coder-1.3b-base" in str(missing.value)
+    assert "\n" not in str(missing.value)
+    with pytest.raises(RebenchError, match="does not exist"):
+        operator_assets.verify(environment, "paper", {"base_model": tmp_path / "nope", "train_data": tmp_path})
+    with pytest.raises(RebenchError, match="has no asset 'gpt2'"):
+        operator_assets.verify(environment, "paper", {"gpt2": tmp_path})
+
+
+# -- scoring on the ci build ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ci_build() -> tuple[Path, Path]:
+    environment = env()
+    return assets_dir(environment, "ci"), local_python(environment, "ci")
+
+
+def layout(root: Path, built: Path, *, reference: bool = False) -> dict[str, Any]:
+    """A sandbox's folders as the harness lays them out (home with the solution inside, protected)."""
+    shutil.copytree(built / "home", root / "home")
+    shutil.copytree(built / "workspace", root / "home" / "solution")
+    shutil.copytree(built / "protected", root / "protected")
+    if reference:
+        shutil.copytree(ENV_DIR / "reference", root / "home" / "solution", dirs_exist_ok=True)
+    return {**env().score_params("ci"), "home": str(root / "home"), "solution": str(root / "home" / "solution"),
+            "protected": str(root / "protected"),
+            "confine_command": score_helper.confine_command(str(root / "protected"))}
+
+
+def score_with(python: Path, ctx: dict[str, Any]) -> dict[str, Any]:
+    """score.py in a process of the environment's own Python, as the scoring helper runs it."""
+    code = (f"import json, runpy\nns = runpy.run_path({str(ENV_DIR / 'scoring' / 'score.py')!r})\n"
+            f"print(json.dumps(ns['score'](json.loads({json.dumps(json.dumps(ctx))}))))")
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(harness_folder())})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def train_on_own_data(python: Path, solution: Path) -> Path:
+    """What an agent can do: run finetune.sh on its own training file; returns its trained_model/."""
+    env_vars = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["bash", "finetune.sh"], cwd=solution, env=env_vars, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return solution / "trained_model"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_start_and_reference_train_the_reference_weights_and_the_reference_is_over_twice_as_fast(
+        ci_build: tuple[Path, Path], tmp_path: Path) -> None:
+    built, python = ci_build
+    # every built file is readable by others (the agent reads the base model, the scorer the reference)
+    private = [path for path in built.rglob("*") if not path.is_symlink() and not path.stat().st_mode & 0o004]
+    assert not private, private[:5]
+    start = score_with(python, layout(tmp_path / "start", built))
+    assert start["raw"] is not None, start
+    details = start["details"]
+    assert start["message"]["l1_diff"] <= start["message"]["max_l1_diff"], start["message"]
+    assert details["sigchld_guard"] == "active" and details["timer"] == "cpu"
+    assert details["solution_confined"] == (score_helper.confinement_unavailable() is None)
+    reference = score_with(python, layout(tmp_path / "reference", built, reference=True))
+    assert reference["raw"] is not None, reference
+    assert start["message"]["seconds"] >= 2 * reference["message"]["seconds"], (start["message"], reference["message"])
+    # nothing the run saw or wrote is left
+    assert not list(Path("/tmp").glob("foundry-score-*/train_data.jsonl"))
+
+
+CHEATS = {
+    # a model found on the machine instead of training: the base model, or one trained on the agent's own file
+    "copies the base model": "mkdir -p trained_model && cp ../base_model/* trained_model/",
+    "copies a model trained earlier": "mkdir -p trained_model && cp stash/* trained_model/",
+    # the reference model itself, through a link the scorer would follow (the copy is refused by Landlock)
+    "links the reference model": "ln -s {protected}/reference_model trained_model",
+    # another training: one step fewer, or another learning rate
+    "trains one step fewer": "sed -i 's/^max_duration: .*/max_duration: 24ba/' finetune.yaml && bash original.sh",
+    "changes the learning rate": "sed -i 's/^  lr: .*/  lr: 1.01e-3/' finetune.yaml && bash original.sh",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_copied_models_and_changed_hyperparameters_are_invalid(ci_build: tuple[Path, Path], tmp_path: Path) -> None:
+    built, python = ci_build
+    own = layout(tmp_path / "own", built, reference=True)
+    stash = train_on_own_data(python, Path(own["solution"]))
+    for number, (name, command) in enumerate(CHEATS.items()):
+        ctx = layout(tmp_path / f"cheat{number}", built, reference=True)
+        solution = Path(ctx["solution"])
+        shutil.copytree(stash, solution / "stash")
+        shutil.copy(solution / "finetune.sh", solution / "original.sh")
+        (solution / "finetune.sh").write_text(
+            "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
+            + command.format(protected=ctx["protected"]) + "\n")
+        result = score_with(python, ctx)
+        assert result["raw"] is None, (name, result)
+        error = result["message"].get("error", "")
+        assert "differ" in error or "link" in error, (name, result["message"])
+
+
+LINGERING = """#!/usr/bin/env bash
+cd "$(dirname "$0")"
+( sleep 1; bash original.sh > /dev/null 2>&1 ) &
+echo $! > {pid_file}
+disown
+exit 0
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(
+        ci_build: tuple[Path, Path], tmp_path: Path) -> None:
+    built, python = ci_build
+    ctx = layout(tmp_path / "lingering", built, reference=True)
+    solution = Path(ctx["solution"])
+    shutil.copy(solution / "finetune.sh", solution / "original.sh")
+    (tmp_path / "out").mkdir()  # not beside protected/: Landlock leaves no rule on that folder itself
+    pid_file = tmp_path / "out" / "lingering.pid"
+    (solution / "finetune.sh").write_text(LINGERING.format(pid_file=pid_file))
+    result = score_with(python, ctx)
+    assert result["raw"] is None and "missing" in result["message"]["error"], result["message"]
+    assert result["details"]["leftover_processes_killed"] >= 1
+    assert pid_file.exists(), result
+    pid = int(pid_file.read_text())
+    alive = Path(f"/proc/{pid}").exists()
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the background job outlived scoring"
