@@ -1,6 +1,7 @@
-"""The three model environments in Docker: an agent cannot read their held-out data or the
-Scaling Law ground-truth sweep, nor find a readable copy of them anywhere in its container.
-Each test builds the environment's tiny image and runs an adversarial `replay` attempt."""
+"""The model environments in Docker: an agent cannot read their held-out data, the Scaling Law
+ground-truth sweep or LLM Foundry's hidden training file and reference model, nor find a readable
+copy of them anywhere in its container. Each test builds the environment's image (tiny, or the
+smaller `ci` profile where one exists) and runs an adversarial `replay` attempt."""
 
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ HELD_OUT = {
     "fix_embedding": ["val.bin"],
     "restricted_mlm": ["heldout.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],
+    "optimize_llm_foundry": ["hidden_data.jsonl", "reference_model.json"],
 }
+PROFILE = {"optimize_llm_foundry": "ci"}
 
 
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
 def test_held_out_files_are_unreadable(name: str, tmp_path: Path) -> None:
     base_image(docker_engine())
-    built = run_cli("envs", "build", name, "--profile", "tiny", "--backend", "docker", timeout=1200)
+    profile = PROFILE.get(name, "tiny")
+    built = run_cli("envs", "build", name, "--profile", profile, "--backend", "docker", timeout=1200)
     assert built.returncode == 0, built.stderr
     probes = []
     for filename in HELD_OUT[name]:
@@ -41,7 +45,7 @@ def test_held_out_files_are_unreadable(name: str, tmp_path: Path) -> None:
     script.write_text(yaml.safe_dump({"actions": [{"bash": probe}, {"submit": None}]}))
     db = tmp_path / "rebench.db"
     result = run_cli("run", "--env", name, "--agent", "replay", "--agent-arg", f"script={script}",
-                     "--profile", "tiny", "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)
+                     "--profile", profile, "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(db) as connection:
         (status, snapshot), = connection.execute("select status, snapshot_path from attempts").fetchall()
