@@ -16,48 +16,16 @@ harness's cache, so only a first run pays for it.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
-from pathlib import Path
-
-from benchmarks.rust_acceptance import rebench, report, show
+from benchmarks.acceptance import arguments, reference_and_start
 
 ENV = "nanogpt_chat_rl"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--backend", default="docker")
-    parser.add_argument("--budget", default="30m")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chat-acceptance-") as folder:
-        db = Path(folder) / "rebench.db"
-        common = ["--profile", args.profile, "--budget", args.budget, "-k", "1", "--backend", args.backend]
-        runs = [("reference", ["run", "--env", ENV, "--agent", "reference", *common])]
-        script = Path(folder) / "start.yaml"
-        script.write_text("actions:\n  - bash: cp ../student_model.pt finetuned_model\n  - score: {}\n"
-                          "  - submit: the starting checkpoint\n")
-        runs.append(("starting checkpoint (replay)",
-                     ["run", "--env", ENV, "--agent", "replay", "--agent-arg", f"script={script}", *common]))
-        shown = []
-        for number, (label, command) in enumerate(runs, start=1):
-            print("$ rebench " + " ".join(command), flush=True)
-            started = time.monotonic()
-            result = rebench(*command, db=db)
-            print(result.stdout[-3000:] + result.stderr[-3000:], flush=True)
-            if result.returncode != 0:
-                raise SystemExit(result.returncode)
-            shown.append(show(number, db))
-            report(label, shown[-1], time.monotonic() - started)
-        reference, start = shown
-        ok_reference = reference["normalized"] is not None and 0.8 <= reference["normalized"] <= 1.25
-        ok_start = start["normalized"] is not None and abs(start["normalized"]) <= 0.1
-        print(f"reference normalized {reference['normalized']}: {'ok' if ok_reference else 'NOT in 0.8-1.25'}; "
-              f"starting checkpoint normalized {start['normalized']}: {'ok' if ok_start else 'NOT within 0.1 of 0'}")
-        if not (ok_reference and ok_start):
-            raise SystemExit(1)
+    args = arguments(__doc__, budget="30m").parse_args()
+    reference_and_start(ENV, args, start_actions="actions:\n  - bash: cp ../student_model.pt finetuned_model\n"
+                        "  - score: {}\n  - submit: the starting checkpoint\n",
+                        start_label="starting checkpoint", start_tolerance=0.1)
 
 
 if __name__ == "__main__":

@@ -22,15 +22,12 @@ home, and tries to read /protected; it prints the score and what the agent can s
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sqlite3
-import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.rust_acceptance import rebench, report, show
+from benchmarks.acceptance import arguments, reference_and_start
 
 ENV = "optimize_llm_foundry"
 
@@ -83,43 +80,15 @@ async def leak_check(profile: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--backend", default="docker")
-    parser.add_argument("--budget", default="20m")
+    parser = arguments(__doc__, budget="20m")
     parser.add_argument("--leak-check", action="store_true", help="score a finetune.sh that copies the hidden file")
     args = parser.parse_args()
     if args.leak_check:
         asyncio.run(leak_check(args.profile))
         return
-    with tempfile.TemporaryDirectory(prefix="foundry-acceptance-") as folder:
-        db = Path(folder) / "rebench.db"
-        runs = [("reference", ["--agent", "reference"])]
-        script = Path(folder) / "start.yaml"
-        script.write_text("actions:\n  - score: {}\n  - submit: starting solution\n")
-        runs.append(("starting solution (replay)", ["--agent", "replay", "--agent-arg", f"script={script}"]))
-        attempts = []
-        for number, (label, agent) in enumerate(runs, start=1):
-            command = ["run", "--env", ENV, *agent, "--profile", args.profile, "--budget", args.budget, "-k", "1",
-                       "--backend", args.backend]
-            print("$ rebench " + " ".join(command), flush=True)
-            started = time.monotonic()
-            result = rebench(*command, db=db)
-            print(result.stdout[-3000:] + result.stderr[-3000:], flush=True)
-            if result.returncode != 0:
-                raise SystemExit(result.returncode)
-            attempt = show(number, db)
-            report(label, attempt, time.monotonic() - started)
-            attempts.append(attempt)
-            if number == 1:
-                print(f"   calibrated anchors: {calibration(db)}", flush=True)
-        reference, start = attempts
-        ok_reference = reference["normalized"] is not None and 0.8 <= reference["normalized"] <= 1.25
-        ok_start = start["normalized"] is not None and abs(start["normalized"]) <= 0.15
-        print(f"reference normalized {reference['normalized']}: {'ok' if ok_reference else 'NOT in 0.8-1.25'}; "
-              f"starting solution normalized {start['normalized']}: {'ok' if ok_start else 'NOT within 0.15 of 0'}")
-        if not (ok_reference and ok_start):
-            raise SystemExit(1)
+    reference_and_start(ENV, args, start_actions="actions:\n  - score: {}\n  - submit: starting solution\n",
+                        start_label="starting solution", start_tolerance=0.15,
+                        after_first=lambda db: print(f"   calibrated anchors: {calibration(db)}", flush=True))
 
 
 if __name__ == "__main__":
