@@ -47,7 +47,7 @@ def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence
     needed = env.profile(profile).resources.gpus
     if needed == 0:
         return
-    from rebench.scheduler.inventory import gpu_ids  # NVML or nvidia-smi; a fake one in tests
+    from rebench.scheduler.inventory import gpu_ids  # nvidia-smi -L; a fake one in tests
 
     present = gpu_ids()
     what = f"{env.name} ({profile}) needs {needed} GPU(s)"

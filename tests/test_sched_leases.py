@@ -1,6 +1,6 @@
 """Durable GPU leases: rows taken in one transaction, beaten, released, and reclaimed from the dead.
 
-There is no GPU here: a fake inventory (REBENCH_FAKE_GPUS) stands in for NVML/nvidia-smi; the
+There is no GPU here: a fake inventory (REBENCH_FAKE_GPUS) stands in for nvidia-smi; the
 leases, the store and the harness processes are real."""
 
 from __future__ import annotations

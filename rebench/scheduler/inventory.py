@@ -1,4 +1,5 @@
-"""The GPUs of this host, for `--gpus all`: NVML (nvidia-ml-py) when it loads, else `nvidia-smi -L`.
+"""The GPUs of this host, for `--gpus all`: what `nvidia-smi -L` lists (the same reading preflight uses,
+so the two never disagree; it comes with every NVIDIA driver, so no Python binding is needed).
 
 `REBENCH_FAKE_GPUS` (a count, or ids like `0,1,3`) stands in for the inventory where there is no
 GPU: tests and the makespan demo. It is never read when unset.
@@ -22,29 +23,11 @@ def _fake(text: str) -> list[int]:
         raise RebenchError(f"invalid {FAKE_ENV}={text!r}: a count like 4 or device ids like 0,1,3") from None
 
 
-def _nvml() -> list[int] | None:
-    try:
-        import pynvml  # nvidia-ml-py, optional
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        try:
-            return list(range(int(pynvml.nvmlDeviceGetCount())))
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver: fall back to nvidia-smi, which says the same
-        return None
-
-
 def gpu_ids() -> list[int]:
     """Device ids of this host's NVIDIA GPUs ([] without any)."""
     fake = os.environ.get(FAKE_ENV)
     if fake is not None:
         return _fake(fake)
-    found = _nvml()
-    if found is not None:
-        return found
     from rebench.preflight import gpu_inventory
 
     return gpu_inventory()
