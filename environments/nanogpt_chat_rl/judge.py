@@ -16,26 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rebench.kit.completion import LocalCompletion as Completion  # the gateway's type
 
 HERE = Path(__file__).resolve().parent
 _REQUEST = re.compile(r"### Instruction:\n(.*?)\n### Response 1:\n(.*?)\n### Response 2:\n(.*?)\n### Better", re.DOTALL)
 _SLOTS = {"{c}": r"(?P<c>\w+)", "{i}": r"(?P<i>\w+)", "{n}": r"(?P<n>\w+)", "{a}": r"(?P<a>\w+)", "{b}": r"(?P<b>\w+)"}
 FUNCTION_WORDS = frozenset({"the", "a", "is", "of", "and", "or", ",", ".", "?", ":", "sure", "it", "so"})
 
-try:  # the harness's type when the gateway loads this file; a same-shaped stand-in elsewhere (build, tests)
-    from rebench.gateway.local import LocalCompletion as Completion
-except ImportError:
-
-    @dataclass
-    class Completion:  # type: ignore[no-redef]
-        """Field names and types of the gateway's LocalCompletion."""
-
-        text: str
-        output_tokens: int
-        finish_reason: str = "stop"
 
 
 def _pattern(phrasing: str) -> re.Pattern[str]:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rebench.kit.completion import LocalCompletion as Completion  # the gateway's type
 
 PAD, UNK, BOS, SEP, EOS = "<pad>", "<unk>", "<bos>", "<sep>", "<eos>"
 SPECIALS = (PAD, UNK, BOS, SEP, EOS)
@@ -86,17 +87,6 @@ def extract_description(messages: list[dict[str, Any]]) -> str:
     return found.group(1) if found else str(content).strip()
 
 
-try:  # the harness's type when the gateway loads this file; a same-shaped stand-in elsewhere (build, benchmarks)
-    from rebench.gateway.local import LocalCompletion as Completion
-except ImportError:
-
-    @dataclass
-    class Completion:  # type: ignore[no-redef]
-        """Field names and types of the gateway's LocalCompletion."""
-
-        text: str
-        output_tokens: int
-        finish_reason: str = "stop"
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:

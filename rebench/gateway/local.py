@@ -14,19 +14,10 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
-
-from pydantic import BaseModel
+from typing import Any, Protocol, runtime_checkable
 
 from rebench.errors import ConfigError
-
-
-class LocalCompletion(BaseModel):
-    """One sampled continuation."""
-
-    text: str
-    finish_reason: Literal["stop", "length"] = "stop"
-    output_tokens: int
+from rebench.kit.completion import LocalCompletion
 
 
 @runtime_checkable
