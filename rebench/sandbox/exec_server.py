@@ -20,18 +20,24 @@ base64. Requests:
 
 `reap_groups` / `reap_users`: when the command ends, every process still holding
 one of these groups, or running as one of these users, is killed (nothing a score
-call started may outlive it). `freeze_users`: before the command starts, every
-process of these users is stopped (SIGSTOP, swept until no new one appears, so a
-process that forked or left its session is caught too), and exactly those are
-continued when the command ends, however it ends; while they are frozen, commands
-as these users are refused; `share_read` folders are then made readable to others
-where these users own them (see share_read). `caps`: capabilities the command keeps as ambient ones
+call started may outlive it). `frozen_users`: the harness has frozen these users' processes
+with the cgroup freezer from the host (the agent's cgroup, rebench/sandbox/docker/cgroups.py)
+for the length of this command; while it runs, commands as these users are refused, and
+`share_read` folders are made readable to others where these users own them (see share_read).
+`caps`: capabilities the command keeps as ambient ones
 after the user switch (the bounding set is cut to them), e.g. `["setuid", "setgid"]`
 for the scorer, which runs the submitted code as a third user. The reply carries the exit code (128+signal
 when killed), head and tail of stdout and stderr within `limit` bytes each with
 the count dropped, and whether it timed out.
 
 As PID 1 it also reaps orphaned processes, which the kernel hands to it.
+
+Agent-side commands (those run as `agent`, and root ones marked `agent_side`, such as the
+SSH gate) are not forked by this server but by its **spawner**: a child forked before
+anything else, which the harness moves into the agent's cgroup from the host, so every
+process of the agent is born there and the harness can freeze, count and kill them all
+without touching its own commands. Until the harness says the spawner is placed
+(`{"op": "agent_cgroup", "spawner": PID}`), agent-side commands are refused.
 
 Keep-alive mode (`--listen SOCKET`, human attempts): the channel is a Unix socket in
 the mounted gate folder instead of stdin/stdout, so a harness can come back after its
@@ -110,7 +116,7 @@ class Capture:
 
 
 class Job:
-    def __init__(self, request: dict, proc: subprocess.Popen, marker: str) -> None:
+    def __init__(self, request: dict, proc: subprocess.Popen | RemoteProc, marker: str) -> None:
         self.id = request["id"]
         self.proc = proc
         self.marker = marker
@@ -129,7 +135,6 @@ class Job:
         self.spawn_s = 0.0
         self.reap_groups: list[str] = list(request.get("reap_groups") or [])
         self.reap_users: list[str] = list(request.get("reap_users") or [])
-        self.frozen: dict[int, str] = {}
         self.frozen_uids: set[int] = set()
         self.generation = 0
 
@@ -188,74 +193,6 @@ def _process_uids(pid: str) -> set[int]:
     except OSError:
         pass
     return set()
-
-
-FREEZE_SWEEP_S = 5.0
-"""How long freezing may take before processes that still escape it are killed."""
-
-
-def freeze_uids(uids: set[int]) -> dict[int, str]:
-    """SIGSTOP every process running as one of `uids`; return {pid: start time} of those
-    stopped here (one the agent had stopped itself stays out: it is not continued later).
-
-    kill(SIGSTOP) can return while its target is still inside fork(): the child is attached
-    (and shows in /proc) only when that call ends, just before the parent stops. So each
-    sweep waits until what it signalled is really stopped (state T) before the next sweep
-    looks; the set is frozen when a sweep finds no process of these users that was not
-    signalled. Whatever keeps appearing past FREEZE_SWEEP_S (a fork race without end, or
-    a process that will not stop) is killed."""
-    me = os.getpid()
-    stopped: dict[int, str] = {}
-    left_alone: set[int] = set()
-    deadline = time.monotonic() + FREEZE_SWEEP_S
-    while True:
-        fresh: list[tuple[int, str]] = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == me or int(entry) in left_alone:
-                continue
-            if not (_process_uids(entry) & uids):
-                continue
-            fields = _stat_fields(entry)
-            if fields is None or fields[0] in (b"Z", b"X"):
-                continue
-            start = fields[19].decode()
-            if stopped.get(int(entry)) == start:
-                continue
-            if fields[0] in (b"T", b"t") and not stopped:
-                left_alone.add(int(entry))  # stopped before we began: not ours to continue
-                continue
-            fresh.append((int(entry), start))
-        if not fresh:
-            return stopped
-        over = time.monotonic() > deadline
-        for pid, start in fresh:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL if over else signal.SIGSTOP)
-            if not over:
-                stopped[pid] = start
-        if not over:
-            _wait_stopped([pid for pid, _ in fresh], deadline)
-
-
-def _wait_stopped(pids: list[int], deadline: float) -> None:
-    """Return once every one of `pids` is stopped, a zombie or gone (or at `deadline`)."""
-    waiting = set(pids)
-    while waiting and time.monotonic() < deadline:
-        for pid in list(waiting):
-            fields = _stat_fields(str(pid))
-            if fields is None or fields[0] in (b"T", b"t", b"Z", b"X"):
-                waiting.discard(pid)
-        if waiting:
-            time.sleep(0.001)
-
-
-def thaw(stopped: dict[int, str]) -> None:
-    """SIGCONT what `freeze_uids` stopped, skipping pids that now name another process."""
-    for pid, start in stopped.items():
-        fields = _stat_fields(str(pid))
-        if fields is not None and fields[19].decode() == start:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
 
 
 SHARE_LIMIT = 200_000
@@ -379,6 +316,143 @@ def kill_tree(root_pid: int, marker: str) -> int:
     return killed
 
 
+
+SPAWN_REPLY_S = 10.0
+"""How long the spawner may take to answer a spawn request before the command is refused."""
+
+
+class RemoteProc:
+    """A command forked by the spawner: its pid and this server's ends of its pipes (what
+    Popen gives for its own children); `returncode` arrives in an exit message."""
+
+    def __init__(self, pid: int, stdin: int | None, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(stdin, "wb", buffering=0) if stdin is not None else None
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self.stderr = os.fdopen(stderr, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def wait(self) -> int | None:
+        return self.returncode
+
+
+def _spawner_main(sock: socket.socket) -> None:
+    """The spawner's loop: fork each requested command with the descriptors that came with the
+    request, answer its pid, and report its exit status when it ends."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):  # the server's channel (stdin/stdout) is not the spawner's to hold
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    children: dict[int, subprocess.Popen] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "sock")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    while True:
+        for key, _ in sel.select(1.0):
+            if key.data == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                continue
+            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3, socket.MSG_CMSG_CLOEXEC)
+            if not data:
+                os._exit(0)  # the server is gone
+            request = json.loads(data)
+            reply: dict
+            try:
+                stdin = fds[2] if request.get("stdin") else subprocess.DEVNULL
+                proc = subprocess.Popen(
+                    request["argv"], stdin=stdin, stdout=fds[0], stderr=fds[1], cwd=request["cwd"],
+                    env=request["env"], start_new_session=True, close_fds=False, **(request.get("switch") or {}))
+                children[proc.pid] = proc
+                reply = {"pid": proc.pid}
+            except Exception as exc:
+                reply = {"error": str(exc), "type": type(exc).__name__}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sock.send(json.dumps(reply).encode())
+        for pid, proc in list(children.items()):
+            code = proc.poll()
+            if code is not None:
+                del children[pid]
+                sock.send(json.dumps({"exit": pid, "code": code}).encode())
+
+
+class Spawner:
+    """This server's handle on the spawner (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            try:
+                _spawner_main(theirs)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.pid = pid
+        self.sock = ours
+        self.placed = False
+        self.exits: list[tuple[int, int]] = []
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict, switch: dict, stdin: bool) -> RemoteProc:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin else (None, None)
+        fds = [out_w, err_w, *([in_r] if in_r is not None else [])]
+        try:
+            request = {"argv": argv, "cwd": cwd, "env": env, "switch": switch, "stdin": stdin}
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        deadline = time.monotonic() + SPAWN_REPLY_S
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select_readable(self.sock, left):
+                    raise OSError("the agent's spawner did not answer (is the agent's cgroup frozen?)")
+                message = json.loads(self.sock.recv(1 << 16) or b"null")
+                if message is None:
+                    raise OSError("the agent's spawner is gone")
+                if "exit" in message:
+                    self.exits.append((int(message["exit"]), int(message["code"])))
+                    continue
+                if "error" in message:
+                    kind = FileNotFoundError if message.get("type") == "FileNotFoundError" else OSError
+                    raise kind(message["error"])
+                return RemoteProc(int(message["pid"]), in_w, out_r, err_r)
+        except BaseException:
+            for own in (out_r, err_r, in_w):
+                if own is not None:
+                    os.close(own)
+            raise
+
+    def take_exits(self) -> list[tuple[int, int]]:
+        """Exit statuses reported since the last call (reads what the socket holds, never blocks)."""
+        while select_readable(self.sock, 0):
+            data = self.sock.recv(1 << 16)
+            if not data:
+                break
+            message = json.loads(data)
+            if "exit" in message:
+                self.exits.append((int(message["exit"]), int(message["code"])))
+        exits, self.exits = self.exits, []
+        return exits
+
+
+def select_readable(sock: socket.socket, timeout: float) -> bool:
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
+
+
 TASK_DIR = "/run/rebench-task"
 TASK_SOCKET = TASK_DIR + "/task.sock"
 TASK_REQUEST_LIMIT = 65536
@@ -423,7 +497,9 @@ def _listen_unix(path: str, mode: int) -> socket.socket:
 
 
 class Server:
-    def __init__(self, infd: int | None, outfd: int | None, *, listen: str | None = None, attempt: str = "") -> None:
+    def __init__(self, infd: int | None, outfd: int | None, *, listen: str | None = None, attempt: str = "",
+                 spawner: Spawner | None = None) -> None:
+        self.spawner = spawner
         self.infd = infd
         self.outfd = outfd
         self.attempt = attempt
@@ -450,6 +526,8 @@ class Server:
         signal.signal(signal.SIGTERM, self._terminate)
         if self.infd is not None:
             self.sel.register(self.infd, selectors.EVENT_READ, ("in", None))
+        if self.spawner is not None:
+            self.sel.register(self.spawner.sock, selectors.EVENT_READ, ("spawner", None))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
         if listen is not None:
             self._listen(listen)
@@ -636,10 +714,18 @@ class Server:
                     "pid": os.getpid(),
                     "ids": ids,
                     "python": sys.version.split()[0],
+                    "spawner": self.spawner.pid if self.spawner is not None else None,
+                    "spawner_placed": bool(self.spawner and self.spawner.placed),
                 }
             )
         elif op == "exec":
             self.start_job(request)
+        elif op == "agent_cgroup":
+            # The harness moved the spawner into the agent's cgroup (it checked that from the host).
+            ok = self.spawner is not None and int(request.get("spawner", -1)) == self.spawner.pid
+            if ok and self.spawner is not None:
+                self.spawner.placed = True
+            self.send({"id": request["id"], "ok": ok})
         elif op == "kill":
             job = self.jobs.get(request.get("target", -1))
             if job is not None and not job.killed:
@@ -681,9 +767,12 @@ class Server:
             env.update({"HOME": home, "USER": name, "LOGNAME": name})
             env.update(request.get("env") or {})
             env[MARKER_VAR] = marker
-            if uid in self.frozen_uids():
+            agent_side = name == "agent" or bool(request.get("agent_side"))
+            if uid in self.frozen_uids() or (agent_side and self.frozen_uids()):
                 raise PermissionError(f"user {name} is paused while a score call runs")
-            freeze = {self._user(u)[0] for u in request.get("freeze_users") or []}
+            if agent_side and (self.spawner is None or not self.spawner.placed):
+                raise PermissionError("the agent's cgroup is not set up yet (the harness has not placed the spawner)")
+            frozen = {self._user(u)[0] for u in request.get("frozen_users") or []}
             caps = [str(c) for c in request.get("caps") or []]
             if caps and not SETPRIV:
                 raise OSError("capabilities for a command need setpriv in the image")
@@ -709,36 +798,39 @@ class Server:
                     ]
                 else:
                     switch = {"user": uid, "group": gid, "extra_groups": [gid, *groups]}
-            if freeze:
-                self._flag_frozen(freeze)
-            frozen = freeze_uids(freeze) if freeze else {}
+            if frozen:
+                self._flag_frozen(frozen)
         except (OSError, KeyError, subprocess.SubprocessError) as exc:
             self._flag_frozen()
             self._refuse(request, exc)
             return
         try:
-            for owner in freeze:
+            for owner in frozen:
                 share_read([str(p) for p in request.get("share_read") or []], owner)
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-                # Every fd this server opens is non-inheritable; closing them all one
-                # by one up to the fd limit would cost milliseconds per command.
-                close_fds=False,
-                **switch,
-            )
+            proc: subprocess.Popen | RemoteProc
+            if agent_side:
+                assert self.spawner is not None
+                proc = self.spawner.spawn(argv, cwd=cwd, env=env, switch=switch, stdin=stdin is not None)
+            else:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                    # Every fd this server opens is non-inheritable; closing them all one
+                    # by one up to the fd limit would cost milliseconds per command.
+                    close_fds=False,
+                    **switch,
+                )
         except (OSError, KeyError, subprocess.SubprocessError) as exc:
-            thaw(frozen)
             self._flag_frozen()
             self._refuse(request, exc)
             return
         job = Job(request, proc, marker)
-        job.frozen, job.frozen_uids = frozen, freeze
+        job.frozen_uids = frozen
         job.generation = self.generation
         job.spawn_s = job.started - began
         self.jobs[job.id] = job
@@ -780,19 +872,15 @@ class Server:
         )
 
     def finish(self, job: Job) -> None:
-        try:
-            for name in job.reap_groups:
-                with contextlib.suppress(KeyError):
-                    kill_group_members(self._group(name))
-            reaped = set()
-            for name in job.reap_users:
-                with contextlib.suppress(KeyError):
-                    reaped.add(self._user(name)[0])
-            if reaped:
-                kill_matching(lambda entry: bool(reaped & _process_uids(entry)))
-        finally:
-            thaw(job.frozen)
-            job.frozen = {}
+        for name in job.reap_groups:
+            with contextlib.suppress(KeyError):
+                kill_group_members(self._group(name))
+        reaped = set()
+        for name in job.reap_users:
+            with contextlib.suppress(KeyError):
+                reaped.add(self._user(name)[0])
+        if reaped:
+            kill_matching(lambda entry: bool(reaped & _process_uids(entry)))
         for stream in (job.proc.stdout, job.proc.stderr, job.proc.stdin):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(KeyError, ValueError):
@@ -819,7 +907,19 @@ class Server:
 
     # -- loop --------------------------------------------------------------
     def reap(self) -> None:
-        """Collect exited children: ours through Popen, orphans directly."""
+        """Collect exited children: ours through Popen, orphans directly, and the spawner's
+        commands from its exit messages."""
+        if self.spawner is not None:
+            try:
+                exits = self.spawner.take_exits()
+            except OSError:
+                exits = []
+            for pid, code in exits:
+                job = self.by_pid.get(pid)
+                if job is not None and isinstance(job.proc, RemoteProc):
+                    job.proc.returncode = code
+                    job.exit_code = 128 - code if code < 0 else code
+                    job.exited_at = time.monotonic()
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -828,7 +928,7 @@ class Server:
             if info is None or info.si_pid == 0:
                 return
             job = self.by_pid.get(info.si_pid)
-            if job is not None:
+            if job is not None and not isinstance(job.proc, RemoteProc):
                 job.proc.wait()
                 job.exit_code = job.proc.returncode
                 if job.exit_code is not None and job.exit_code < 0:
@@ -902,6 +1002,8 @@ class Server:
                         for job in list(self.jobs.values()):
                             job.killed = True
                             kill_tree(job.proc.pid, job.marker)
+                elif kind == "spawner":
+                    pass  # its exit messages are read by reap() below
                 elif kind == "wake":
                     try:
                         while os.read(self.wake_r, 512):
@@ -966,8 +1068,9 @@ def main(argv: list[str]) -> int:
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
-        return Server(None, None, listen=argv[1], attempt=attempt).run()
-    server = Server(sys.stdin.fileno(), sys.stdout.fileno())
+        return Server(None, None, listen=argv[1], attempt=attempt, spawner=Spawner()).run()
+    spawner = Spawner()
+    server = Server(sys.stdin.fileno(), sys.stdout.fileno(), spawner=spawner)
     server.send({"id": 0, "ready": True, "pid": os.getpid()})
     return server.run()
 

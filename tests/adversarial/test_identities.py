@@ -70,7 +70,7 @@ def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer
         started = await sb.exec("setsid nohup python3 procread.py 6 >/dev/null 2>&1 < /dev/null & sleep 0.3")
         assert started.ok, started.stderr
         # The scorer's own request, less the freeze: what the identities hold by themselves.
-        request = {key: value for key, value in _SCORER_REQUEST.items() if key != "freeze_users"}
+        request = {key: value for key, value in _SCORER_REQUEST.items() if key != "frozen_users"}
         reply = await sb._channel.request({
             "op": "exec", "user": account, "groups": groups, "cwd": sb.paths.home, "timeout": 60,
             "limit": 100_000, "reap_groups": groups, "env": {"REBENCH_SUBJECT_USER": "subject"},

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from docker.types import DeviceRequest, LogConfig
 from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
 from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
+from rebench.sandbox.docker.cgroups import AgentCgroup, CgroupError
 from rebench.sandbox.docker.engine import (
     LABEL_ATTEMPT,
     LABEL_CAMPAIGN,
@@ -44,12 +46,17 @@ _USERS: dict[str, tuple[str, list[str]]] = {
 SUBJECT_USER = "subject"
 """The user the submitted code runs as during scoring: it can reach neither the scorer nor the agent."""
 _SCORER_REQUEST = {
-    # Nothing of the agent runs beside the scorer; nothing the score call started outlives it.
-    "freeze_users": ["agent"],
+    # Nothing of the agent runs beside the scorer (the harness freezes its cgroup from the host
+    # first); nothing the score call started outlives it.
+    "frozen_users": ["agent"],
     "reap_users": ["scorer", SUBJECT_USER],
     # Kept as ambient capabilities so the helper can switch the submitted code to `subject`.
     "caps": ["setuid", "setgid"],
 }
+HARNESS_PROCESSES = 256
+"""Processes (threads count) the container may hold beyond the agent's own limit: the harness's
+commands (scoring with its worker threads, snapshots, kills) run outside the agent's cgroup and
+still start while a fork bomb of the agent fills that cgroup."""
 DISK_POLL_S = 5.0
 DEFAULT_DISK_LIMIT_GB = 50.0
 """What an attempt may write into its container (overlay2 on ext4 cannot enforce a quota,
@@ -120,6 +127,9 @@ class DockerSandbox:
         self.task_handler: TaskHandler | None = None
         """Answers `task` requests from inside a keep-alive container (set by the harness)."""
         self._task_jobs: set[asyncio.Task[None]] = set()
+        self._cgroup: AgentCgroup | None = None
+        self._spawner_host_pid: int | None = None
+        self._agent_uid = 1000
 
     @property
     def gate_dir(self) -> Path:
@@ -175,7 +185,7 @@ class DockerSandbox:
             nano_cpus=int(min(spec.cpus, self.engine.cpu_count()) * 1e9),
             mem_limit=memory,
             memswap_limit=memory,
-            pids_limit=spec.max_processes,
+            pids_limit=spec.max_processes + HARNESS_PROCESSES,
             shm_size=self._shm_bytes,
             device_requests=devices,
             # sshd (human attempts, as root) fails a pty login when it cannot write its audit record.
@@ -307,7 +317,35 @@ class DockerSandbox:
                 f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
             )
         self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder)
+        self._agent_uid = int(ids["agent"][0])
+        await self._setup_cgroup(health)
         self._disk_watch = asyncio.create_task(self._watch_disk())
+
+    async def _setup_cgroup(self, health: dict[str, Any]) -> None:
+        """Put the exec server's spawner, and so every agent-side process, into the agent's
+        cgroup (rebench/sandbox/docker/cgroups.py), checked from the host; a reattaching harness
+        finds it placed and thaws it (its predecessor may have died during a score call)."""
+        spawner = health.get("spawner")
+        if not isinstance(spawner, int):
+            raise SandboxStartError(f"the exec server of attempt {self.spec.attempt_id} has no spawner")
+        info = await asyncio.to_thread(self.engine.client.api.inspect_container, self.container_id)
+        try:
+            cgroup = await asyncio.to_thread(AgentCgroup.of_process, int(info["State"]["Pid"]))
+            await asyncio.to_thread(cgroup.create, self.spec.max_processes)
+            if not health.get("spawner_placed"):
+                await asyncio.to_thread(cgroup.place, spawner)
+            else:
+                await asyncio.to_thread(cgroup.thaw)
+            host = await asyncio.to_thread(cgroup.host_pid_of, spawner)
+        except CgroupError as exc:
+            raise SandboxStartError(f"attempt {self.spec.attempt_id}: {exc}") from None
+        if host is None:
+            raise SandboxStartError(
+                f"attempt {self.spec.attempt_id}: the spawner (pid {spawner}) is not in the agent's cgroup")
+        self._cgroup, self._spawner_host_pid = cgroup, host
+        reply = await asyncio.wait_for(self._require_channel().request({"op": "agent_cgroup", "spawner": spawner}), 10)
+        if not reply.get("ok"):
+            raise SandboxStartError(f"attempt {self.spec.attempt_id}: the exec server refused the agent's cgroup")
 
     @classmethod
     async def reattach(
@@ -405,16 +443,21 @@ class DockerSandbox:
             if written > self.disk_limit_bytes:
                 self.breach = (f"the attempt wrote {written / 1024**3:.2f} GB into its container, "
                                f"over the {self.disk_limit_bytes / 1024**3:g} GB disk limit")
-                channel = self._channel
-                if channel is not None and channel.is_open:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(channel.request({"op": "kill_user", "user": "agent"}), 30)
+                with contextlib.suppress(Exception):
+                    await self.kill_agent_processes()
                 return
 
     async def kill_agent_processes(self) -> int:
-        """Kill every process of the agent user, leaving the container usable (re-scoring after the agent ends)."""
-        reply = await asyncio.wait_for(self._require_channel().request({"op": "kill_user", "user": "agent"}), 30)
-        return int(reply.get("killed") or 0)
+        """Kill every process in the agent's cgroup (a fork bomb too: frozen, killed, thawed, from the
+        host) but the spawner, leaving the container usable (re-scoring after the agent ends)."""
+        cgroup = self._cgroup
+        if cgroup is None:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} is not started")
+        keep = frozenset({self._spawner_host_pid} if self._spawner_host_pid is not None else set())
+        try:
+            return await asyncio.to_thread(cgroup.kill_all, keep)
+        except CgroupError as exc:
+            raise SandboxError(f"attempt {self.spec.attempt_id}: {exc}") from None
 
     async def cpu_seconds(self) -> float | None:
         """CPU time used so far by everything in the container, from the engine's accounting
@@ -447,6 +490,9 @@ class DockerSandbox:
         if self.container_id is not None:
             with contextlib.suppress(SandboxError, docker.errors.DockerException):
                 await asyncio.to_thread(self.engine.remove_container, self.container_id)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+            self._cgroup = None
         self._container = None
 
     def _require_channel(self) -> ExecChannel:
@@ -464,12 +510,17 @@ class DockerSandbox:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         stdin: bytes | None = None,
+        agent_side: bool = False,
     ) -> ExecResult:
+        """`agent_side` (root commands only): start it in the agent's cgroup, e.g. the SSH gate that
+        runs the expert's shells, so it is frozen, counted and killed with the agent."""
         channel = self._require_channel()
         if self.breach is not None and user == "agent":
             raise LimitExceeded("disk", self.breach)
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         account, groups = _USERS[user]
+        if agent_side and user != "root":
+            raise SandboxError("agent_side applies to root commands only (the agent's own always are)")
         variables = {
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
@@ -491,22 +542,29 @@ class DockerSandbox:
             "limit": OUTPUT_LIMIT_BYTES,
             # Scoring runs with the protected group: nothing it started may outlive it.
             "reap_groups": groups,
+            "agent_side": agent_side,
             **(_SCORER_REQUEST if user == "scorer" else {}),
             # The scorer and the submitted code are other users now: they must be able to read it.
             **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
         }
-        started = time.monotonic()
-        request_id, reply = channel.send(request)
+        if user == "scorer":
+            await self._freeze_agent()
         try:
-            await channel.drain()
-            wait = None if timeout is None else timeout + _REPLY_MARGIN_S
-            result = await asyncio.wait_for(asyncio.shield(reply), wait)
-        except TimeoutError:
-            await self._kill(request_id)
-            raise SandboxDied(f"sandbox of attempt {self.spec.attempt_id} stopped answering") from None
-        except asyncio.CancelledError:
-            await self._kill(request_id)
-            raise
+            started = time.monotonic()
+            request_id, reply = channel.send(request)
+            try:
+                await channel.drain()
+                wait = None if timeout is None else timeout + _REPLY_MARGIN_S
+                result = await asyncio.wait_for(asyncio.shield(reply), wait)
+            except TimeoutError:
+                await self._kill(request_id)
+                raise SandboxDied(f"sandbox of attempt {self.spec.attempt_id} stopped answering") from None
+            except asyncio.CancelledError:
+                await self._kill(request_id)
+                raise
+        finally:
+            if user == "scorer":
+                await self._thaw_agent()
         stdout, cut_out = decode_capture(result.get("stdout", {}))
         stderr, cut_err = decode_capture(result.get("stderr", {}))
         return ExecResult(
@@ -517,6 +575,27 @@ class DockerSandbox:
             duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
             truncated=cut_out or cut_err,
         )
+
+    async def _freeze_agent(self) -> None:
+        """Freeze the agent's cgroup from the host and wait until the kernel says it is frozen; a
+        process of the agent's user found outside it (none should be) is killed."""
+        cgroup = self._cgroup
+        if cgroup is None:
+            raise SandboxError(f"sandbox of attempt {self.spec.attempt_id} is not started")
+        try:
+            await asyncio.to_thread(cgroup.freeze)
+            stray = await asyncio.to_thread(cgroup.escaped, {self._agent_uid})
+        except CgroupError as exc:
+            raise SandboxError(f"attempt {self.spec.attempt_id}: cannot freeze the agent: {exc}") from None
+        for pid in stray:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    async def _thaw_agent(self) -> None:
+        cgroup = self._cgroup
+        if cgroup is not None:
+            with contextlib.suppress(CgroupError):
+                await asyncio.to_thread(cgroup.thaw)
 
     async def _kill(self, request_id: int) -> None:
         """Kill a command's tree after the caller gave up on it (cancelled, or no reply)."""

@@ -145,8 +145,8 @@ def key_fingerprint(public_key: str) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-async def _root(sandbox: DockerSandbox, script: str, what: str) -> None:
-    result = await sandbox.exec(["bash", "-c", script], user="root", cwd="/", timeout=60)
+async def _root(sandbox: DockerSandbox, script: str, what: str, *, agent_side: bool = False) -> None:
+    result = await sandbox.exec(["bash", "-c", script], user="root", cwd="/", timeout=60, agent_side=agent_side)
     if not result.ok:
         detail = (result.stdout + result.stderr).strip()[-400:]
         raise SandboxError(f"{what} failed in attempt {sandbox.spec.attempt_id}: {detail}")
@@ -162,7 +162,8 @@ async def open_ssh(sandbox: DockerSandbox, public_key: str) -> None:
     await sandbox.write_file(TASK_CLIENT, (_SCRIPTS / "task.py").read_bytes(), user="root", mode=0o755)
     await sandbox.write_file(CONFIG_FILE, SSHD_CONFIG.encode(), user="root", mode=0o644)
     await sandbox.write_file(KEYS_FILE, (key + "\n").encode(), user="root", mode=0o644)
-    await _root(sandbox, _SETUP, "starting the SSH gate")
+    # The gate runs the expert's shells: it lives in the agent's cgroup, frozen and killed with them.
+    await _root(sandbox, _SETUP, "starting the SSH gate", agent_side=True)
 
 
 async def close_ssh(sandbox: DockerSandbox) -> None:
