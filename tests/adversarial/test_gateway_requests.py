@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 import pytest
@@ -297,3 +297,27 @@ def test_gateway_rows_of_three_meters_are_reported(store: Store) -> None:
     with store.session() as session:
         usage = gateway_usage(session, [attempt])[attempt]
     assert sorted(usage) == ["agent", "scorer", "subject"] and usage["subject"].cost_usd == 0.5
+
+
+def test_the_scoring_pause_lasts_while_the_scorer_or_the_subject_waits(store: Store) -> None:
+    """The runner's clock hookup (AttemptGateway.on_scorer_busy) sees one busy span for both meters."""
+    from rebench.gateway import AttemptGateway
+
+    async def spans() -> list[bool]:
+        config = gateway()
+        attempt = AttemptGateway(None, 0, cast(Any, None), config, assets=None, unix=False)
+        attempt.server = GatewayServer(config, LocalUpstream(TinyModel(), config.model, config.max_tokens),
+                                       store=None, attempt_id=0, price=upstream_price(config))
+        seen: list[bool] = []
+        attempt.on_scorer_busy(seen.append)
+        scorer, subject = attempt.server.meters["scorer"], attempt.server.meters["subject"]
+        scorer.busy(+1)
+        subject.busy(+1)
+        scorer.busy(-1)  # the subject still waits: the pause goes on
+        assert seen == [True]
+        subject.busy(-1)
+        subject.busy(+1)
+        subject.busy(-1)
+        return seen
+
+    assert asyncio.run(spans()) == [True, False, True, False]
