@@ -7,7 +7,8 @@ The script is a list of steps answered in order, whichever API asks:
      "usage": {"input_tokens": 100, "output_tokens": 20, "cached_tokens": 10}, "delay_s": 0.2}
     {"status": 429, "retry_after": 1}          # an error reply (not a completion)
 
-Usage is optional (estimated from sizes when absent); `"truncated": true` plays
+Usage is optional (estimated from sizes when absent; `"generate_max": true` reports the request's
+max_tokens times n output tokens, a provider that writes all it may); `"truncated": true` plays
 a reply cut off at the output-token limit. Requests are checked the
 way the real APIs check them (tool results must answer tool calls, Anthropic
 turns must alternate), so a malformed conversation fails here as it would there.
@@ -199,9 +200,13 @@ def _usage(step: dict[str, Any], body: dict[str, Any]) -> tuple[int, int, int]:
     usage = step.get("usage", {})
     shown = json.dumps(body.get("messages", [])) + json.dumps(body.get("system", ""))
     said = step.get("text", "") + json.dumps(step.get("tool_calls", []))
+    output = len(said) // 4 + 1
+    if step.get("generate_max"):  # a provider that writes all it is allowed to, for every sample asked
+        allowed = body.get("max_completion_tokens") or body.get("max_tokens") or 100_000
+        output = int(allowed) * int(body.get("n") or 1)
     return (
         int(usage.get("input_tokens", len(shown) // 4 + 1)),
-        int(usage.get("output_tokens", len(said) // 4 + 1)),
+        int(usage.get("output_tokens", output)),
         int(usage.get("cached_tokens", 0)),
     )
 

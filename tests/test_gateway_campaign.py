@@ -51,10 +51,11 @@ def run_replay(tmp_path: Path, db: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def test_credit_cap_gives_429_and_the_attempt_goes_on(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
-    # one agent request: ~3 input + 5 output tokens at 1000 USD/Mtok = ~0.008 USD; 0.02 covers 2-3
-    code, out, err = run_replay(tmp_path, db_path, "--env-param", "credit=0.02")
+    # one agent request: ~3 input + 5 output tokens at 1000 USD/Mtok = ~0.008 USD, but it reserves its worst
+    # case first (~3 input + max_tokens=64 output = ~0.067 USD): 0.08 covers 1-2, then 429
+    code, out, err = run_replay(tmp_path, db_path, "--env-param", "credit=0.08")
     assert code == 0, err
-    assert "env params credit=0.02" in out
+    assert "env params credit=0.08" in out
     (status, final_raw) = rows(db_path, "select status, final_raw from attempts")[0]
     assert status == "done" and final_raw == 1.0  # it went on: wrote its answer, scored, submitted
     agent = rows(db_path, "select status, error from gateway_requests where meter = 'agent' order by id")

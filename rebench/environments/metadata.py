@@ -116,7 +116,10 @@ class Gateway(_Strict):
     """Requests of one meter in flight at once; more wait."""
     timeout_s: float = Field(120, gt=0)
     max_tokens: int = Field(2048, ge=1)
-    """Cap on one request's output tokens."""
+    """Cap on one request's output tokens (per sample): a request asking more gets this many, one
+    asking none gets it set explicitly before forwarding."""
+    max_n: int = Field(16, ge=1, le=128)
+    """Samples (`n`) one request may ask for; more is refused with HTTP 400."""
 
 
 class Profile(_Strict):

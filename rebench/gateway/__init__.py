@@ -7,7 +7,8 @@ agent's credit is enforced (HTTP 429 past it). See docs/gateway.md.
 
 from rebench.gateway.attempt import API_ENV, GATEWAY_ENV, GATEWAY_PORT, AttemptGateway, check_gateway
 from rebench.gateway.local import LocalCompletion, LocalModel, load_local_model, request_seed
-from rebench.gateway.server import GatewayServer, Meter
+from rebench.gateway.meters import Credit, Meter
+from rebench.gateway.server import GatewayServer
 from rebench.gateway.upstreams import UpstreamError, make_upstream, upstream_price
 from rebench.gateway.usage import MeterUsage, gateway_usage
 
@@ -16,6 +17,7 @@ __all__ = [
     "GATEWAY_ENV",
     "GATEWAY_PORT",
     "AttemptGateway",
+    "Credit",
     "GatewayServer",
     "LocalCompletion",
     "LocalModel",

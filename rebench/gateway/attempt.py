@@ -121,7 +121,7 @@ class AttemptGateway:
             self.server.use_tokens(saved["tokens"])
         elif self.state_file is not None:
             state = {"socket_dir": str(self.socket_dir) if self.socket_dir else None,
-                     "tokens": {name: meter.token for name, meter in self.server.meters.items()}}
+                     "tokens": {name: self.server.meters[name].token for name in ("agent", "scorer")}}
             self.state_file.write_text(json.dumps(state))
             self.state_file.chmod(0o600)
         if self.socket_path is not None:
@@ -132,9 +132,35 @@ class AttemptGateway:
             await self.server.start_tcp("127.0.0.1", 0)
 
     def on_scorer_busy(self, callback: Callable[[bool], None]) -> None:
-        """Tell `callback` when the scorer's meter starts (True) and stops (False) waiting on the model."""
+        """Tell `callback` when scoring starts (True) and stops (False) waiting on the model: the scorer's
+        meter or the `subject` meter (code a scoring call runs, on per-call tokens), whichever is busy;
+        one True from the first of them busy to one False when neither is."""
         assert self.server is not None, "start() first"
-        self.server.meters["scorer"].on_busy = callback
+        busy: set[str] = set()
+
+        def hook(name: str) -> Callable[[bool], None]:
+            def changed(on: bool) -> None:
+                was = bool(busy)
+                if on:
+                    busy.add(name)
+                else:
+                    busy.discard(name)
+                if bool(busy) != was:
+                    callback(bool(busy))
+
+            return changed
+
+        for name in ("scorer", "subject"):
+            self.server.meters[name].on_busy = hook(name)
+
+    def open_call_token(self) -> str:
+        """A token on the `subject` meter for one scoring call's code (GatewayServer.open_call_token)."""
+        assert self.server is not None, "start() first"
+        return self.server.open_call_token()
+
+    def close_call_token(self, token: str) -> None:
+        assert self.server is not None, "start() first"
+        self.server.close_call_token(token)
 
     async def install(self, sandbox: Sandbox) -> None:
         """Write api.env (agent) and gateway.env (scorer) into the sandbox."""

@@ -5,82 +5,57 @@
                                                    +--> one gateway_requests row per request
 
 It listens on 127.0.0.1:PORT (the local backend) or on a Unix socket that a root forwarder in the
-container relays to (the Docker backend, rebench/sandbox/docker/forwarder.py). Two meters, each
-with its own random token, credit and concurrency limit: `agent` (the agent's code) and `scorer`.
-A request is refused before it reaches the upstream when its token is wrong (401), it names
-another model (404), or its meter's credit is spent (429); an upstream error or timeout becomes
-an HTTP error, never a hang. Stdlib only (asyncio streams), so the harness needs no web framework.
+container relays to (the Docker backend, rebench/sandbox/docker/forwarder.py). Three meters, each
+with its own concurrency limit (rebench.gateway.meters): `agent` (the agent's code, its own token
+and credit), `scorer` (its own token) and `subject` (per-call tokens for code a scoring call runs;
+it spends the scorer's credit). A request is refused before it reaches the upstream when it breaks
+HTTP or a size limit (400/413, rebench.gateway.http), its token is wrong (401), it names another
+model (404), it has a field off the allow-list (400, rebench.gateway.policy), or its worst-case cost
+does not fit in what is left of its credit (429); an upstream error or timeout becomes an HTTP
+error, never a hang. Stdlib only (asyncio streams), so the harness needs no web framework.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rebench.environments.metadata import Gateway
+from rebench.gateway.http import BadRequest, Head, declared_length, read_body, read_head, write_answer
+from rebench.gateway.meters import Credit, Meter, new_token
+from rebench.gateway.policy import PolicyError, parse_body, plan_request
 from rebench.gateway.upstreams import Reply, Upstream, UpstreamError
 from rebench.models.prices import ModelPrice
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_HEADER_BYTES = 64 * 1024
+UNAUTHORIZED_ROWS = 20
+"""Requests without a valid token recorded one row each, per gateway; past them one summary row
+counts the rest (updated every SUMMARY_EVERY and when the gateway closes), so a flood writes no rows."""
+SUMMARY_EVERY = 100
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
-            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
-
-
-@dataclass
-class Meter:
-    """Who pays for a request: its token, credit (None: unlimited), spending and concurrency."""
-
-    name: str
-    credit_usd: float | None
-    concurrency: int
-    token: str = field(default_factory=lambda: "rbgw-" + secrets.token_urlsafe(24))
-    spent_usd: float = 0.0
-    requests: int = 0
-    in_flight: int = 0
-    on_busy: Callable[[bool], None] | None = None
-    """Told when the meter's first request starts (True) and its last one ends (False): the runner
-    stops the attempt clock while the scorer waits on the model."""
-    slots: asyncio.Semaphore = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.slots = asyncio.Semaphore(self.concurrency)
-
-    @property
-    def credit_left(self) -> bool:
-        return self.credit_usd is None or self.spent_usd < self.credit_usd
-
-    def busy(self, change: int) -> None:
-        self.in_flight += change
-        if self.on_busy is not None and self.in_flight == (1 if change > 0 else 0):
-            self.on_busy(change > 0)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _release_after(meter: Meter, done: asyncio.Future[Reply]) -> None:
-    meter.slots.release()
-    if not done.cancelled():
-        done.exception()  # retrieved: nobody waits for a timed-out request's outcome
 
 
 class HttpError(Exception):
     def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.kind, self.code = status, kind, code
+        self.deferred = False
+        """Its row is written once the upstream ends (a 504 the upstream still works on)."""
+
+
+@dataclass
+class _Late:
+    """A request the client was answered 504 for while the upstream still works on it."""
+
+    meter: Meter
+    reserved: float
+    task: asyncio.Future[Reply]
 
 
 class GatewayServer:
@@ -94,11 +69,17 @@ class GatewayServer:
         self.store = store
         self.attempt_id = attempt_id
         self.price = price
+        scorer_credit = Credit(gateway.scorer_credit_usd)
         self.meters = {
-            "agent": Meter("agent", gateway.credit_usd if credit_usd is None else credit_usd, gateway.concurrency),
-            "scorer": Meter("scorer", gateway.scorer_credit_usd, gateway.concurrency),
+            "agent": Meter("agent", Credit(gateway.credit_usd if credit_usd is None else credit_usd),
+                           gateway.concurrency),
+            "scorer": Meter("scorer", scorer_credit, gateway.concurrency),
+            "subject": Meter("subject", scorer_credit, gateway.concurrency, token=""),
         }
-        self._by_token = {m.token: m for m in self.meters.values()}
+        self._call_tokens: set[str] = set()
+        self._late: set[asyncio.Task[None]] = set()
+        self._unauthorized = 0
+        self._summary_row: int | None = None
         self._servers: list[asyncio.Server] = []
         self.resume_spending()
         self._connections: set[asyncio.StreamWriter] = set()
@@ -108,9 +89,18 @@ class GatewayServer:
         """Take over the meters' tokens of an earlier gateway of this attempt (a human attempt's new
         supervisor: the sandbox's files and the expert's running code hold the old ones)."""
         for name, token in tokens.items():
-            if name in self.meters:
+            if name in ("agent", "scorer") and token:
                 self.meters[name].token = token
-        self._by_token = {m.token: m for m in self.meters.values()}
+
+    def open_call_token(self) -> str:
+        """A fresh token on the `subject` meter, for one scoring call's code; `close_call_token` ends it."""
+        token = new_token()
+        self._call_tokens.add(token)
+        return token
+
+    def close_call_token(self, token: str) -> None:
+        """New requests with `token` get 401; those already in flight finish and are charged."""
+        self._call_tokens.discard(token)
 
     def resume_spending(self) -> None:
         """What this attempt's meters spent before (an earlier process's gateway): the credit goes on."""
@@ -124,7 +114,7 @@ class GatewayServer:
                                     .group_by(GatewayRequest.meter)).all()
         for name, total in spent:
             if name in self.meters:
-                self.meters[name].spent_usd = float(total or 0.0)
+                self.meters[name].charge(0.0, float(total or 0.0))
 
     # -- lifecycle -------------------------------------------------------------
     async def start_tcp(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -147,6 +137,13 @@ class GatewayServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
         self._servers = []
+        if self._late:  # requests answered 504 that the upstream still works on: wait to charge them
+            _, pending = await asyncio.wait(self._late, timeout=min(self.gateway.timeout_s, 60))
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+        await self._write_summary()
         with contextlib.suppress(Exception):
             await self.upstream.close()
 
@@ -155,80 +152,67 @@ class GatewayServer:
         self._connections.add(writer)
         try:
             while True:
+                started = time.monotonic()
                 try:
-                    request = await self._read_request(reader)
-                except _TooLarge as exc:  # answered, then the connection closes (the rest is not read)
-                    await self._write(writer, 413, {"error": {"message": str(exc), "type": "invalid_request_error",
-                                                              "code": None, "param": None}}, {}, False)
+                    head = await read_head(reader)
+                except BadRequest as exc:  # no token known yet: counted as unauthorized
+                    await self._refuse(writer, None, "", "(malformed)", started,
+                                       HttpError(exc.status, str(exc), "invalid_request_error"))
                     return
-                if request is None:
+                if head is None:
                     return
-                method, path, headers, body = request
-                status, answer, extra = await self._respond(method, path, headers, body)
-                keep = headers.get("connection", "").lower() != "close"
-                await self._write(writer, status, answer, extra, keep)
-                if not keep:
+                if not await self._exchange(reader, writer, head, started):
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
             self._connections.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader
-                            ) -> tuple[str, str, dict[str, str], bytes] | None:
-        line = await reader.readline()
-        if not line:
-            return None
-        method, path, _version = line.decode("latin-1").split(" ", 2)
-        headers: dict[str, str] = {}
-        size = 0
-        while True:
-            raw = await reader.readline()
-            size += len(raw)
-            if size > MAX_HEADER_BYTES:
-                raise ValueError("headers too large")
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            name, _, value = raw.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            body = b""
-            while True:
-                length = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-                if length == 0:
-                    await reader.readline()
-                    break
-                body += await reader.readexactly(length)
-                await reader.readexactly(2)
-                if len(body) > MAX_BODY_BYTES:
-                    raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
-        else:
-            length = int(headers.get("content-length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise _TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
-            body = await reader.readexactly(length) if length else b""
-        return method.upper(), path.split("?", 1)[0], headers, body
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: Head,
+                        started: float) -> bool:
+        """Answer one request; False when the connection must close (its body was not read whole)."""
+        meter = self._authenticate(head.headers)
+        try:
+            declared_length(head)
+            if meter is None:
+                raise HttpError(401, "invalid or missing gateway token: use OPENAI_API_KEY from api.env",
+                                "authentication_error", "invalid_api_key")
+            body = await read_body(reader, head)
+        except BadRequest as exc:
+            await self._refuse(writer, meter, "", head.path, started,
+                               HttpError(exc.status, str(exc), "invalid_request_error"))
+            return False
+        except HttpError as exc:
+            await self._refuse(writer, meter, "", head.path, started, exc)
+            return False
+        status, answer, extra = await self._respond(meter, head, body, started)
+        await write_answer(writer, status, answer, extra, head.keep_alive)
+        return head.keep_alive
 
-    async def _write(self, writer: asyncio.StreamWriter, status: int, answer: dict[str, Any],
-                     extra: dict[str, str], keep: bool) -> None:
-        data = json.dumps(answer).encode()
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "Content-Type: application/json",
-                f"Content-Length: {len(data)}", f"Connection: {'keep-alive' if keep else 'close'}",
-                *(f"{k}: {v}" for k, v in extra.items())]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
-        await writer.drain()
+    async def _refuse(self, writer: asyncio.StreamWriter, meter: Meter | None, model: str, path: str,
+                      started: float, exc: HttpError) -> None:
+        """Record and answer a refusal, then the connection closes."""
+        await self._record(meter, model, path[:64], exc.status, started, error=str(exc))
+        with contextlib.suppress(ConnectionError):
+            await write_answer(writer, exc.status, self._error_body(exc), self._error_headers(exc), False)
+
+    @staticmethod
+    def _error_body(exc: HttpError) -> dict[str, Any]:
+        return {"error": {"message": str(exc), "type": exc.kind, "code": exc.code, "param": None}}
+
+    @staticmethod
+    def _error_headers(exc: HttpError) -> dict[str, str]:
+        return {} if exc.status >= 500 else {"x-should-retry": "false"}
 
     # -- the API ---------------------------------------------------------------
-    async def _respond(self, method: str, path: str, headers: dict[str, str],
-                       body: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
-        started = time.monotonic()
-        meter: Meter | None = None
+    async def _respond(self, meter: Meter, head: Head, body: bytes,
+                       started: float) -> tuple[int, dict[str, Any], dict[str, str]]:
+        method, path = head.method, head.path
         endpoint = path[:64]
         model = ""
         try:
-            meter = self._authenticate(headers)
             if path in ("/v1/models", "/v1/models/" + self.gateway.model):
                 if method != "GET":
                     raise HttpError(405, f"{path} takes GET", "invalid_request_error")
@@ -239,92 +223,159 @@ class GatewayServer:
                                 "/v1/completions and /v1/models", "invalid_request_error")
             if method != "POST":
                 raise HttpError(405, f"{path} takes POST", "invalid_request_error")
-            request = self._parse(body)
+            request = await self._parse(body)
             model = str(request.get("model", ""))[:128]
-            reply = await self._forward(meter, ENDPOINTS[path], request)
+            reply, cost = await self._forward(meter, ENDPOINTS[path], request, endpoint, started)
         except HttpError as exc:
-            await self._record(meter, model, endpoint, exc.status, started, error=str(exc))
-            extra = {} if exc.status >= 500 else {"x-should-retry": "false"}
-            return exc.status, {"error": {"message": str(exc), "type": exc.kind, "code": exc.code,
-                                          "param": None}}, extra
-        cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
-        meter.spent_usd += cost
+            if not exc.deferred:
+                await self._record(meter, model, endpoint, exc.status, started, error=str(exc))
+            return exc.status, self._error_body(exc), self._error_headers(exc)
         await self._record(meter, model, endpoint, 200, started, reply=reply, cost=cost)
         return 200, reply.body, {}
 
-    def _authenticate(self, headers: dict[str, str]) -> Meter:
+    def _authenticate(self, headers: dict[str, str]) -> Meter | None:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if not token and headers.get("x-api-key"):
             scheme, token = "bearer", headers["x-api-key"]
-        for known, meter in self._by_token.items():
-            if scheme.lower() == "bearer" and secrets.compare_digest(token.strip(), known):
-                return meter
-        raise HttpError(401, "invalid or missing gateway token: use OPENAI_API_KEY from api.env",
-                        "authentication_error", "invalid_api_key")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        given = token.strip()
+        for name in ("agent", "scorer"):
+            if secrets.compare_digest(given, self.meters[name].token):
+                return self.meters[name]
+        for known in list(self._call_tokens):
+            if secrets.compare_digest(given, known):
+                return self.meters["subject"]
+        return None
 
     @staticmethod
-    def _parse(body: bytes) -> dict[str, Any]:
-        try:
-            request = json.loads(body or b"null")
-        except (ValueError, UnicodeDecodeError):
-            raise HttpError(400, "the request body is not JSON", "invalid_request_error") from None
-        if not isinstance(request, dict):
-            raise HttpError(400, "the request body must be a JSON object", "invalid_request_error")
-        return request
+    async def _parse(body: bytes) -> dict[str, Any]:
+        try:  # a big body is parsed in a thread, so the loop keeps serving other connections meanwhile
+            return parse_body(body) if len(body) < 256 * 1024 else await asyncio.to_thread(parse_body, body)
+        except PolicyError as exc:
+            raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
 
-    async def _forward(self, meter: Meter, endpoint: str, request: dict[str, Any]) -> Reply:
+    async def _forward(self, meter: Meter, endpoint: str, request: dict[str, Any], path: str,
+                       started: float) -> tuple[Reply, float]:
+        """The upstream's reply and its cost, charged; HttpError otherwise (a 504's cost is charged later)."""
         allowed = self.gateway.model
         if request.get("model") != allowed:
             raise HttpError(404, f"model {request.get('model')!r} is not available through this gateway; "
                             f"the only model allowed is {allowed!r}", "invalid_request_error", "model_not_found")
-        if request.get("stream"):
-            raise HttpError(400, "streaming is not supported by this gateway; send stream=false",
-                            "invalid_request_error")
+        try:
+            plan = plan_request(endpoint, request, self.gateway)
+            worst = self.price.cost_usd(self.upstream.input_bound(endpoint, plan.body), plan.max_output_tokens)
+        except PolicyError as exc:
+            raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
+        except UpstreamError as exc:
+            raise HttpError(exc.status, str(exc), exc.kind) from None
         await meter.slots.acquire()
         task: asyncio.Future[Reply] | None = None
+        reserved = 0.0
         try:
-            # Checked once the request holds a slot: what ran before it has been paid for.
-            if not meter.credit_left:
-                raise HttpError(429, f"credit spent: the {meter.name} meter used ${meter.spent_usd:.4f} of its "
-                                f"${meter.credit_usd:.4f} credit", "insufficient_quota", "insufficient_quota")
+            # Reserved once the request holds a slot, with no await in between: concurrent requests
+            # cannot together reserve past the credit.
+            if not meter.credit.reserve(worst):
+                left = meter.credit.left_usd or 0.0
+                raise HttpError(429, f"credit spent: the {meter.name} meter's credit has ${max(left, 0):.4f} of "
+                                f"${meter.credit_usd or 0:.4f} left, and this request may cost up to ${worst:.4f} "
+                                "(ask fewer max_tokens or n)", "insufficient_quota", "insufficient_quota")
+            reserved = worst
             meter.requests += 1
             call = self.upstream.chat if endpoint == "chat" else self.upstream.completions
-            task = asyncio.ensure_future(call(request))
+            task = asyncio.ensure_future(call(plan.body))
             meter.busy(+1)
             try:
-                return await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
+                reply = await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
             except UpstreamError as exc:
                 raise HttpError(exc.status, str(exc), exc.kind) from None
             except TimeoutError:
-                raise HttpError(504, f"the upstream did not answer within {self.gateway.timeout_s:g} s",
-                                "timeout") from None
+                timed_out = HttpError(504, f"the upstream did not answer within {self.gateway.timeout_s:g} s",
+                                      "timeout")
+                timed_out.deferred = not task.done()
+                raise timed_out from None
             except Exception as exc:
                 raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
+            cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
+            meter.charge(reserved, cost)
+            reserved = 0.0
+            return reply, cost
         finally:
             if task is not None:
                 meter.busy(-1)
             if task is None or task.done():
                 meter.slots.release()
+                meter.charge(reserved, 0.0)  # refused or failed: nothing to pay
             else:
-                # A timed-out local generate() runs on in its thread: it keeps its slot until it ends, so
-                # timed-out requests cannot pile up more work than the concurrency limit allows.
-                task.add_done_callback(lambda done: _release_after(meter, done))
+                # A timed-out request runs on upstream (a local generate() in its thread, a provider's
+                # HTTP call): it keeps its slot and its reservation until it ends, then is charged.
+                late = asyncio.ensure_future(self._settle_late(_Late(meter, reserved, task), path, started))
+                self._late.add(late)
+                late.add_done_callback(self._late.discard)
+
+    async def _settle_late(self, late: _Late, path: str, started: float) -> None:
+        """Charge what a request answered 504 really cost and write its row then, with the tokens the
+        upstream reports. When the gateway closes first, it is charged its reservation (the most it could
+        cost); when the upstream fails, nothing."""
+        reply: Reply | None = None
+        try:
+            reply = await late.task
+            cost, note = self.price.cost_usd(reply.input_tokens, reply.output_tokens), "answered after it: charged"
+        except asyncio.CancelledError:
+            cost, note = late.reserved, "was still running when the gateway closed: charged its worst case"
+        except Exception as exc:
+            cost, note = 0.0, f"failed after it ({type(exc).__name__})"
+        finally:
+            late.meter.slots.release()
+        late.meter.charge(late.reserved, cost)
+        await self._record(late.meter, self.gateway.model, path, 504, started, reply=reply, cost=cost,
+                           error=f"the upstream did not answer within {self.gateway.timeout_s:g} s, and {note}")
 
     async def _record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
                       reply: Reply | None = None, cost: float = 0.0, error: str | None = None) -> None:
+        """One gateway_requests row. Without a valid token only the first UNAUTHORIZED_ROWS are rows;
+        the rest are counted in one summary row."""
+        if meter is None:
+            self._unauthorized += 1
+            if self._unauthorized > UNAUTHORIZED_ROWS:
+                more = self._unauthorized - UNAUTHORIZED_ROWS
+                if self._summary_row is None or more % SUMMARY_EVERY == 0:
+                    await self._write_summary()
+                return
         row = GatewayRequest(
             attempt_id=self.attempt_id, meter=meter.name if meter else "unauthorized", model=model,
             endpoint=endpoint, status=status, input_tokens=reply.input_tokens if reply else 0,
             output_tokens=reply.output_tokens if reply else 0, cost_usd=cost,
             latency_s=time.monotonic() - started, error=error[:2000] if error else None)
+        await self._write(row)
 
+    async def _write(self, row: GatewayRequest, update: int | None = None) -> int | None:
+        """Add `row` (or copy its error onto row `update`); its id. A failed write never fails a request."""
         store = self.store
         if store is None:  # scoring outside an attempt (calibration): nothing to meter it against
-            return
+            return None
 
-        def write() -> None:
+        def write() -> int:
             with store.session() as session:
+                if update is not None:
+                    existing = session.get(GatewayRequest, update)
+                    if existing is not None:
+                        existing.error = row.error
+                    return update
                 session.add(row)
+                session.flush()
+                return int(row.id)
 
-        with contextlib.suppress(Exception):  # a failed write must not fail the request it meters
-            await asyncio.to_thread(write)
+        with contextlib.suppress(Exception):
+            return await asyncio.to_thread(write)
+        return None
+
+    async def _write_summary(self) -> None:
+        more = self._unauthorized - UNAUTHORIZED_ROWS
+        if more <= 0:
+            return
+        row = GatewayRequest(attempt_id=self.attempt_id, meter="unauthorized", model="", endpoint="(summary)",
+                             status=401, error=f"{more} more requests without a valid token or with a malformed "
+                             f"head after the first {UNAUTHORIZED_ROWS} (not recorded one by one)")
+        self._summary_row = await self._write(row, update=self._summary_row)
+

@@ -45,6 +45,10 @@ class Reply(BaseModel):
 
 
 class Upstream(Protocol):
+    def input_bound(self, endpoint: str, body: dict[str, Any]) -> int:
+        """The most input tokens `body` can be charged for (the gateway reserves credit for it)."""
+        ...
+
     async def chat(self, body: dict[str, Any]) -> Reply: ...
 
     async def completions(self, body: dict[str, Any]) -> Reply: ...
@@ -60,6 +64,12 @@ def _int_field(body: dict[str, Any], name: str, default: int, low: int, high: in
         raise UpstreamError(400, f"{name} must be an integer from {low} to {high}, got {value!r}",
                             "invalid_request_error")
     return value
+
+
+def json_bytes(body: dict[str, Any]) -> int:
+    """A provider's input-token bound: the bytes of the JSON sent (no tokenizer makes more tokens than
+    bytes of the text, and the JSON adds quotes and names around each message's text)."""
+    return len(json.dumps(body).encode())
 
 
 def _max_tokens(body: dict[str, Any], cap: int) -> int:
@@ -88,6 +98,25 @@ class LocalUpstream:
         self.model_name = model_name
         self.max_tokens = max_tokens
 
+    def input_bound(self, endpoint: str, body: dict[str, Any]) -> int:
+        """Exact: the model's own count of the prompt it will be given."""
+        return self.model.count_tokens(self._chat_prompt(body) if endpoint == "chat" else self._prompt(body))
+
+    def _chat_prompt(self, body: dict[str, Any]) -> str:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise UpstreamError(400, "messages must be a non-empty list of message objects", "invalid_request_error")
+        return self.model.chat_prompt(messages)
+
+    @staticmethod
+    def _prompt(body: dict[str, Any]) -> str:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise UpstreamError(400, "prompt must be a string", "invalid_request_error")
+        return prompt
+
     async def _generate(self, prompt: str, body: dict[str, Any]) -> tuple[list[Any], int]:
         n = _int_field(body, "n", 1, 1, MAX_N)
         samples = await asyncio.to_thread(
@@ -106,22 +135,13 @@ class LocalUpstream:
         return Reply(body=body, input_tokens=input_tokens, output_tokens=output_tokens)
 
     async def chat(self, body: dict[str, Any]) -> Reply:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise UpstreamError(400, "messages must be a non-empty list of message objects", "invalid_request_error")
-        prompt = self.model.chat_prompt(messages)
-        samples, input_tokens = await self._generate(prompt, body)
+        samples, input_tokens = await self._generate(self._chat_prompt(body), body)
         choices = [{"index": i, "message": {"role": "assistant", "content": s.text},
                     "finish_reason": s.finish_reason, "logprobs": None} for i, s in enumerate(samples)]
         return self._envelope("chat.completion", choices, input_tokens, sum(s.output_tokens for s in samples))
 
     async def completions(self, body: dict[str, Any]) -> Reply:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise UpstreamError(400, "prompt must be a string", "invalid_request_error")
-        samples, input_tokens = await self._generate(prompt, body)
+        samples, input_tokens = await self._generate(self._prompt(body), body)
         choices = [{"index": i, "text": s.text, "finish_reason": s.finish_reason, "logprobs": None}
                    for i, s in enumerate(samples)]
         return self._envelope("text_completion", choices, input_tokens, sum(s.output_tokens for s in samples))
@@ -131,8 +151,9 @@ class LocalUpstream:
 
 
 class OpenAIWireUpstream:
-    """OpenAI's API or any OpenAI-compatible server: the request is passed on as it came (the
-    model name swapped for the upstream's), the answer and HTTP errors come back as they are.
+    """OpenAI's API or any OpenAI-compatible server: the request the gateway built from the allowed
+    fields (rebench.gateway.policy) is passed on, the model name swapped for the upstream's; the
+    answer and HTTP errors come back as they are.
     Plain HTTP from the standard library, in a worker thread: no SDK is needed to relay JSON."""
 
     def __init__(self, provider: str, name: str, base_url: str | None, timeout_s: float) -> None:
@@ -142,6 +163,9 @@ class OpenAIWireUpstream:
         self.provider = provider
         self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
         self.timeout_s = timeout_s
+
+    def input_bound(self, endpoint: str, body: dict[str, Any]) -> int:
+        return json_bytes(body)
 
     def _post_blocking(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -192,6 +216,9 @@ class AnthropicUpstream:
         self.client = AnthropicClient(spec, require_key(spec), request_timeout_s=timeout_s)
         self.name = name
         self.max_tokens = max_tokens
+
+    def input_bound(self, endpoint: str, body: dict[str, Any]) -> int:
+        return json_bytes(body)
 
     async def chat(self, body: dict[str, Any]) -> Reply:
         from rebench.models.messages import Message, ProviderError

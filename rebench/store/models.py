@@ -319,7 +319,7 @@ class GatewayRequest(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
-    meter: Mapped[str] = mapped_column(String(16))  # agent | scorer
+    meter: Mapped[str] = mapped_column(String(16))  # agent | scorer | subject | unauthorized
     model: Mapped[str] = mapped_column(String(128))
     endpoint: Mapped[str] = mapped_column(String(64))
     status: Mapped[int] = mapped_column(Integer)
