@@ -105,9 +105,10 @@ class ConfinedChild:
         self.scratch: str = scratch
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
-        command = [*confine_prefix(ctx, self.scratch), sys.executable, "-P", "-c", source,
-                   str(to_child), str(from_child), *args]
-        env = {**os.environ, "HOME": self.scratch, "TMPDIR": self.scratch, "TMP": self.scratch, "TEMP": self.scratch}
+        prefix = confine_prefix(ctx, self.scratch)
+        command = [*prefix, sys.executable, "-P", "-c", source, str(to_child), str(from_child), *args]
+        env = dict(os.environ) if prefix else {  # the launcher points them at the scratch itself
+            **os.environ, "HOME": self.scratch, "TMPDIR": self.scratch, "TMP": self.scratch, "TEMP": self.scratch}
         try:
             self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, *pass_fds), cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

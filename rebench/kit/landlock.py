@@ -223,6 +223,10 @@ def run_confined(argv: list[str]) -> int:
     except (OSError, ConfinementUnavailable) as exc:
         print(f"rebench-confine: refused: no scratch folder: {exc}", file=sys.stderr, flush=True)
         return 126
+    home = os.environ.get("HOME", "")
+    for name, default in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):  # toolchains found from HOME
+        if name not in os.environ and home and os.path.isdir(os.path.join(home, default)):
+            os.environ[name] = os.path.join(home, default)
     os.environ.update({name: folder for name in _SCRATCH_ENV})
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
         os.environ.pop(name, None)
