@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -214,3 +215,41 @@ def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: 
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "'gpt2_xl'" in lines[0] and "--asset gpt2_xl=PATH" in lines[0], lines[0]
     assert not list(isolated_cache.glob("assets/nanogpt_chat_rl/paper*"))  # nothing half-built
+
+
+# -- issue 24, route 4: the scorer reads the vocabulary from the protected folder ----------------------
+
+def test_replacing_the_vocabulary_in_the_agents_home_changes_nothing_the_scorer_reads(tmp_path: Path) -> None:
+    """The agent owns its home, so it can rename the root-owned vocab.json there and put its own in
+    place. The scorer's files come from its protected copy (ctx["scoring_home"], hard links the
+    harness makes at install time), so the replaced vocabulary is never the one it decodes with."""
+    from rebench.environments.install import home_files, link_scoring_home
+    from rebench.kit.torch_scoring import prepare
+    from rebench.sandbox.base import SandboxSpec
+    from rebench.sandbox.local import LocalSandbox
+
+    chat = load_file("chat_under_test", REPO / "environments" / "nanogpt_chat_rl" / "scoring" / "chat.py",
+                     reuse=False)
+    build_home = tmp_path / "build_home"
+    build_home.mkdir()
+    (build_home / "vocab.json").write_text(json.dumps([*chat.SPECIALS, "apple", "fruit"]))
+
+    async def go() -> tuple[list[str], list[str]]:
+        spec = SandboxSpec(attempt_id=1, campaign_id=1, environment="t", profile="tiny")
+        sandbox = LocalSandbox(spec, tmp_path / "attempt", sys.executable)
+        await sandbox.start()
+        try:
+            await sandbox.copy_in(str(build_home), sandbox.paths.home, user="root", read_only=True)
+            await link_scoring_home(sandbox, home_files([build_home]))
+            home = Path(sandbox.paths.home)
+            (home / "vocab.json").rename(home / "old.json")  # what the agent can do in its own home
+            (home / "vocab.json").write_text(json.dumps([*chat.SPECIALS, "dog", "cat"]))
+            ctx = {"home": str(home), "solution": sandbox.paths.solution, "protected": sandbox.paths.protected,
+                   "scoring_home": sandbox.paths.in_protected("home")}
+            scored_home = prepare(ctx)[0]
+            return chat.load_tokenizer(scored_home).vocab, chat.load_tokenizer(home).vocab
+        finally:
+            await sandbox.stop()
+
+    scorer_vocab, agent_vocab = asyncio.run(go())
+    assert scorer_vocab[-2:] == ["apple", "fruit"] and agent_vocab[-2:] == ["dog", "cat"]

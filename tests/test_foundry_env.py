@@ -269,3 +269,52 @@ def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(
     if alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, "the background job outlived scoring"
+
+
+# -- issue 24, route 3: the run writes nowhere but its scratch folder -------------------------------------
+
+def test_finetune_sh_cannot_write_into_a_world_writable_cache_of_the_agent_nor_leave_the_hidden_rows(
+        tmp_path: Path) -> None:
+    """The agent makes a 0777 folder with 0666 files outside its solution; its finetune.sh writes the
+    hidden training rows and a "trained model" there (and into /tmp and /dev/shm) so that a later
+    score call could copy the cache instead of training. Confined, every such write fails (the files
+    stay empty, nothing new appears), while the run's own trained_model/ is written as before."""
+    if score_helper.confinement_unavailable() is not None:
+        pytest.skip("this kernel has no Landlock")
+    home, protected = tmp_path / "home", tmp_path / "protected"
+    solution, cache = home / "solution", home / "cache"
+    for folder in (solution, protected, home / "base_model", cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    (protected / "hidden_data.jsonl").write_text('{"text": "a hidden training row"}\n')
+    cache.chmod(0o777)
+    for name in ("model.safetensors", "rows.jsonl"):
+        (cache / name).touch()
+        (cache / name).chmod(0o666)
+    tag = f"rebench-foundry-leak-{os.getpid()}"
+    (solution / "finetune.sh").write_text(textwrap.dedent(f"""\
+        cp ../train_data.jsonl {cache}/rows.jsonl
+        echo trained > {cache}/model.safetensors
+        cp ../train_data.jsonl {cache}/new-rows.jsonl
+        cp ../train_data.jsonl /tmp/{tag}
+        cp ../train_data.jsonl /dev/shm/{tag}
+        mkdir -p trained_model && cp ../train_data.jsonl trained_model/rows
+        exit 0
+        """))
+    ctx = {"home": str(home), "solution": str(solution), "protected": str(protected),
+           "confine_command": score_helper.confine_command(str(protected))}
+    from rebench.kit.confined import remove_scratch, scratch_folder
+
+    outer, inner = scratch_folder()
+    try:
+        copy = score_module.prepare(ctx, Path(inner))
+        run = score_module.run_finetune(ctx, copy, "wall", 60.0)
+        assert run["exit"] == 0 and run["confined"], run
+        assert (copy / "trained_model" / "rows").read_text().startswith('{"text"')  # its own scratch: written
+    finally:
+        remove_scratch(outer)
+    leaks = [path for path in (Path(f"/tmp/{tag}"), Path(f"/dev/shm/{tag}"), cache / "new-rows.jsonl") if path.exists()]
+    for path in leaks:
+        path.unlink()
+    assert leaks == [], f"the run left {leaks}"
+    assert [(cache / name).read_bytes() for name in ("model.safetensors", "rows.jsonl")] == [b"", b""]
+    assert not Path(outer).exists()

@@ -6,9 +6,9 @@ real files, processes and the real command line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
-import tempfile
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -85,8 +85,6 @@ def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(
     """The scorer's compile-and-run child (run_worker.py behind the helper's confinement): a program
     that reads the hidden split and one that connects to a listening TCP port both fail, while the
     same programs succeed when run unconfined (so the failure is the confinement's doing)."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the scorer points its own at its scratch folder
-    monkeypatch.setattr(tempfile, "tempdir", None)
     protected = tmp_path / "protected"
     protected.mkdir()
     (protected / "test.jsonl").write_text("the hidden answers\n")
@@ -102,16 +100,15 @@ def test_generated_programs_cannot_read_protected_files_nor_reach_the_network(
     ctx: dict[str, Any] = {"workers": 2, "test_timeout_s": 2.0, "memory_mb": 512, "run_timeout_s": 60,
                            "confine_command": score_helper.confine_command(str(protected))}
     problems = [{"public_tests": {"input": ["\n"], "output": [""]}}] * 2
-    with score.scratch_folder():
-        results, facts = score.run(ctx, [reader, connector], problems)
-        assert facts["confined"] and "error" not in facts, facts
-        assert results[0]["runs"][0]["stdout"].strip() == "DENIED"
-        assert results[1]["runs"][0]["stdout"].strip() == "REFUSED"
-        with pytest.raises(BlockingIOError):
-            listener.accept()
-        unconfined = [rust_eval.run_program(program, ["\n"]) for program in (reader, connector)]
-        assert unconfined[0]["runs"][0]["stdout"].strip() == "READ the hidden answers"
-        assert unconfined[1]["runs"][0]["stdout"].strip() == "CONNECTED"
+    results, facts = score.run(ctx, [reader, connector], problems)
+    assert facts["confined"] and "error" not in facts, facts
+    assert results[0]["runs"][0]["stdout"].strip() == "DENIED"
+    assert results[1]["runs"][0]["stdout"].strip() == "REFUSED"
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    unconfined = [rust_eval.run_program(program, ["\n"]) for program in (reader, connector)]
+    assert unconfined[0]["runs"][0]["stdout"].strip() == "READ the hidden answers"
+    assert unconfined[1]["runs"][0]["stdout"].strip() == "CONNECTED"
     listener.close()
 
 
@@ -145,8 +142,6 @@ def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_t
 def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> dict[str, Any]:
     """score.py's result for a solution folder holding `module`, on two hidden problems (the
     gateway.env names a port nothing listens on: these modules never call the model)."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the scorer points its own at its scratch folder
-    monkeypatch.setattr(tempfile, "tempdir", None)
     protected, home, solution = (tmp_path / name for name in ("protected", "home", "solution"))
     for folder in (protected, home, solution):
         folder.mkdir()
@@ -194,3 +189,42 @@ def test_a_scorer_without_rustc_gives_an_invalid_score_not_zero(
     module = "async def generate_solution(client, semaphore, problem):\n    return 'fn main() {}'\n"
     result = _scored(tmp_path, monkeypatch, module)
     assert result["raw"] is None and "rustc is not installed" in result["message"]["error"], result
+
+
+@needs_rustc
+def test_neither_the_module_nor_its_programs_leave_the_problems_or_test_inputs_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, route 2: generate_solution copies every problem it receives into /tmp, /dev/shm
+    and a world-writable folder of the agent's, and its program copies its stdin (the hidden
+    tests' inputs) to the same places. Confined to its scratch folder, every copy fails and the
+    score call still ends normally; nothing is left for the agent."""
+    drop = tmp_path / "agent_drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    tag = f"rebench-leak-{os.getpid()}"
+    places = [f"/tmp/{tag}", f"/dev/shm/{tag}", str(drop / "leak")]
+    rust_places = ", ".join(f'"{place}-stdin"' for place in places)
+    program = ("use std::io::Read; use std::io::Write; fn main() { let mut s = String::new(); "
+               "std::io::stdin().read_to_string(&mut s).unwrap(); "
+               f"for p in [{rust_places}].iter() {{ if let Ok(mut f) = std::fs::OpenOptions::new()"
+               ".create(true).append(true).open(p) { let _ = f.write_all(s.as_bytes()); } } }")
+    module = (f"import json\nPLACES = {places!r}\nPROGRAM = {program!r}\n"
+              "async def generate_solution(client, semaphore, problem):\n"
+              "    for place in PLACES:\n"
+              "        try:\n"
+              "            with open(place + '-problem', 'a') as handle:\n"
+              "                handle.write(json.dumps(problem))\n"
+              "        except OSError:\n"
+              "            pass\n"
+              "    return PROGRAM\n")
+    try:
+        result = _scored(tmp_path, monkeypatch, module)
+        assert result["raw"] is not None and result["details"]["compiled"] == 2, result
+        assert result["details"]["solution_confined"] and result["details"]["programs_confined"], result
+        left = [p + suffix for p in places for suffix in ("-problem", "-stdin") if os.path.exists(p + suffix)]
+        assert left == [], f"the score call left {left}"
+    finally:
+        for place in places:
+            for suffix in ("-problem", "-stdin"):
+                if os.path.exists(place + suffix):
+                    os.unlink(place + suffix)

@@ -130,7 +130,8 @@ def test_profile_scoring_env_reaches_the_scoring_process(tmp_path: Path) -> None
 @pytest.mark.torch
 def test_kernel_solution_runs_confined_away_from_the_protected_folder(tmp_path: Path) -> None:
     """Through the helper, the solution's process cannot open files under the protected
-    folder, while the scorer that started it can."""
+    folder, while the scorer that started it can, and it can write only in its own scratch
+    folder (its TMPDIR): not in the solution, beside it, nor in /dev/shm."""
     from rebench.scoring.score_helper import confinement_unavailable
 
     assert confinement_unavailable() is None, "this kernel has no Landlock: the isolation tests cannot hold here"
@@ -139,12 +140,16 @@ def test_kernel_solution_runs_confined_away_from_the_protected_folder(tmp_path: 
     protected.mkdir()
     (protected / "secret.txt").write_text("held out")
     reference = (KERNEL / "reference" / "solution.py").read_text()
-    peek = (f"try:\n    open({str(protected / 'secret.txt')!r}).read()\n    seen = 'READ'\n"
-            "except OSError as exc:\n    seen = type(exc).__name__\n"
-            f"open({str(solution / 'peek.txt')!r}, 'w').write(seen)\n")
+    # Any success below makes the import fail, and so the score invalid.
+    peek = "".join(
+        f"try:\n    open({path!r}, {mode!r}).close()\n    raise RuntimeError('opened ' + {path!r})\n"
+        "except PermissionError:\n    pass\n"
+        for path, mode in ((str(protected / "secret.txt"), "r"), (str(solution / "peek.txt"), "w"),
+                           (str(tmp_path / "left.txt"), "w"), ("/dev/shm/rebench-peek", "w")))
+    peek += "import os, tempfile\nopen(os.path.join(tempfile.gettempdir(), 'own.txt'), 'w').write('scratch')\n"
     (solution / "solution.py").write_text(reference + "\n" + peek)
     result = run_helper(tmp_path, KERNEL / "scoring" / "score.py",
                         {**KERNEL_PARAMS, "solution": str(solution), "protected": str(protected)}, timeout=60)
     assert result["raw"] is not None, result
     assert result["details"]["solution_confined"] is True
-    assert (solution / "peek.txt").read_text() == "PermissionError"
+    assert not (solution / "peek.txt").exists() and not (tmp_path / "left.txt").exists()

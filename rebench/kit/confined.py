@@ -15,6 +15,11 @@ nothing the agent placed there runs before the worker has set up what it must fi
 worker imports the agent's files explicitly (`import_file`). The worker's end of the pipes
 is `Channel`.
 
+Each child gets a fresh scratch folder (`scratch_folder`; HOME and TMPDIR point there, and the
+confinement lets it write nowhere else), removed when the child is closed; what this process
+cannot remove (the confined user's own folders) the Docker exec server removes as root once the
+scoring call's processes are dead.
+
 The child is not trusted: the agent's code shares its interpreter. Replies are parsed
 here as plain JSON and bytes, never unpickled, and a child that dies, stops answering or
 sends something malformed raises ChildFailed or ChildTimeout, never hangs the scorer.
@@ -27,8 +32,10 @@ import importlib.util
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -44,6 +51,38 @@ _READ_CHUNK = 1 << 20
 _CONFINED_BANNER = b"rebench-confine: active"
 
 
+SCRATCH_PREFIX = "rebench-scratch-"
+"""The name every scoring scratch folder starts with (beneath the scorer's temporary folder)."""
+
+
+def scratch_folder() -> tuple[str, str]:
+    """(outer, inner): a fresh private folder of this process (mode 0711: nobody else can list it)
+    holding a folder of a random name that the confined user can write. Remove `outer` after use."""
+    outer = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    os.chmod(outer, 0o711)
+    inner = tempfile.mkdtemp(dir=outer)
+    os.chmod(inner, 0o777)
+    return outer, inner
+
+
+def confine_prefix(ctx: dict[str, Any], scratch: str) -> list[str]:
+    """ctx["confine_command"] with `--scratch SCRATCH` before its closing `--` (empty without one)."""
+    prefix = list(ctx.get("confine_command") or [])
+    if prefix[-1:] == ["--"]:
+        prefix[-1:] = ["--scratch", scratch, "--"]
+    return prefix
+
+
+def remove_scratch(folder: str) -> None:
+    """Remove what this process can of a scratch folder (the rest is the exec server's)."""
+    for root, dirs, _ in os.walk(folder):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                if os.stat(os.path.join(root, name), follow_symlinks=False).st_uid == os.getuid():
+                    os.chmod(os.path.join(root, name), 0o700)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 class ChildFailed(Exception):
     """The child died or broke the protocol."""
 
@@ -53,22 +92,32 @@ class ChildTimeout(Exception):
 
 
 class ConfinedChild:
-    """One worker script in a confined child, with its pipes and its output tail."""
+    """One worker script in a confined child, with its pipes, its output tail and its scratch
+    folder (`scratch`: a given folder the caller removes, else a fresh one removed on close)."""
 
     def __init__(self, ctx: dict[str, Any], source: str, args: Sequence[str], *, cwd: str,
-                 pass_fds: Sequence[int] = (), name: str = "the solution's process") -> None:
+                 pass_fds: Sequence[int] = (), name: str = "the solution's process",
+                 scratch: str | None = None) -> None:
         self.name = name
+        self._own_scratch: str | None = None
+        if scratch is None:
+            self._own_scratch, scratch = scratch_folder()
+        self.scratch: str = scratch
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
-        command = [*ctx.get("confine_command", []), sys.executable, "-P", "-c", source,
-                   str(to_child), str(from_child), *args]
+        prefix = confine_prefix(ctx, self.scratch)
+        command = [*prefix, sys.executable, "-P", "-c", source, str(to_child), str(from_child), *args]
+        env = dict(os.environ) if prefix else {  # the launcher points them at the scratch itself
+            **os.environ, "HOME": self.scratch, "TMPDIR": self.scratch, "TMP": self.scratch, "TEMP": self.scratch}
         try:
             self.proc = subprocess.Popen(command, pass_fds=(to_child, from_child, *pass_fds), cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, env=env)
         except OSError:
             for fd in (self._to_child, self._from_child):
                 os.close(fd)
+            if self._own_scratch:
+                remove_scratch(self._own_scratch)
             raise
         finally:
             os.close(to_child)
@@ -166,6 +215,8 @@ class ConfinedChild:
         with contextlib.suppress(OSError):
             os.close(self._from_child)
         self._drain.join(timeout=2)
+        if self._own_scratch:
+            remove_scratch(self._own_scratch)
 
 
 class Channel:

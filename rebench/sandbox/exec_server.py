@@ -24,7 +24,9 @@ call started may outlive it). `frozen_users`: the harness has frozen these users
 with the cgroup freezer from the host (the agent's cgroup, rebench/sandbox/docker/cgroups.py)
 for the length of this command; while it runs, commands as these users are refused, and
 `share_read` folders are made readable to others where these users own them (see share_read).
-`caps`: capabilities the command keeps as ambient ones
+`sweep`: [{"user", "dirs"}, ...]: once the
+reaped processes are dead, everything the user owns beneath those folders is removed (see
+sweep_owned), before the harness thaws the agent. `caps`: capabilities the command keeps as ambient ones
 after the user switch (the bounding set is cut to them), e.g. `["setuid", "setgid"]`
 for the scorer, which runs the submitted code as a third user. The reply carries the exit code (128+signal
 when killed), head and tail of stdout and stderr within `limit` bytes each with
@@ -135,6 +137,7 @@ class Job:
         self.spawn_s = 0.0
         self.reap_groups: list[str] = list(request.get("reap_groups") or [])
         self.reap_users: list[str] = list(request.get("reap_users") or [])
+        self.sweep: list[dict] = list(request.get("sweep") or [])
         self.frozen_uids: set[int] = set()
         self.generation = 0
 
@@ -256,6 +259,31 @@ def kill_matching(match: Callable[[str], bool]) -> int:
         killed += len(found)
         time.sleep(0.005)
     return killed
+
+
+def sweep_owned(roots: list[str], uid: int) -> int:
+    """Remove everything `uid` owns beneath `roots` (not the roots themselves), without following
+    links: what a score call's users wrote, removed before the agent runs again. Run as root,
+    after every process of `uid` is dead."""
+    removed = 0
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            for name in list(dirs) + files:
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if info.st_uid != uid:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    dirs.remove(name)
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                removed += 1
+    return removed
 
 
 def kill_group_members(gid: int) -> int:
@@ -881,6 +909,9 @@ class Server:
                 reaped.add(self._user(name)[0])
         if reaped:
             kill_matching(lambda entry: bool(reaped & _process_uids(entry)))
+        for sweep in job.sweep:
+            with contextlib.suppress(KeyError):
+                sweep_owned([str(d) for d in sweep.get("dirs") or []], self._user(str(sweep["user"]))[0])
         for stream in (job.proc.stdout, job.proc.stderr, job.proc.stdin):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(KeyError, ValueError):

@@ -17,8 +17,10 @@ same distribution and size as the agent's) and a link to the base model, and sta
 scorer is a child subreaper, children reaped without accounting are prevented), never less than its
 wall time divided by the usable cores; with `timer = "wall"` (paper) its wall time, as RE-Bench
 did. Every process still running when finetune.sh exits is killed before the weights are read,
-and the weights are read without following links (a link into /protected reads nothing). Then
-everything the run left is removed (cleanup.py), since it saw the hidden file.
+and the weights are read without following links (a link into /protected reads nothing). The run
+may write only in its scratch folder (the copy, its HOME and TMPDIR; the confinement refuses
+writes anywhere else, such as a cache folder the agent made world-writable), and everything it
+left is removed (cleanup.py, then the Docker exec server as root), since it saw the hidden file.
 """
 
 from __future__ import annotations
@@ -30,14 +32,13 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rebench.kit.confined import ChildFailed, ChildTimeout, ConfinedChild
+from rebench.kit.confined import ChildFailed, ChildTimeout, ConfinedChild, remove_scratch, scratch_folder
 from rebench.kit.proctree import ProcessTree, charged_ms, usable_cores
 
 HERE = Path(__file__).resolve().parent
@@ -160,7 +161,7 @@ def run_finetune(ctx: dict[str, Any], solution: Path, timer: str, limit_s: float
         started = time.perf_counter()
         child = ConfinedChild(ctx, source, [str(solution), "guard" if timer == "cpu" else "off",
                                             json.dumps(run_env(ctx, solution))],
-                              cwd=str(solution), name="finetune.sh")
+                              cwd=str(solution), name="finetune.sh", scratch=str(solution.parent))
         outcome: dict[str, Any] = {"exit": None, "timeout": False}
         try:
             outcome["sigchld_guard"] = str(child.receive(60.0).get("sigchld_guard", "unknown"))
@@ -188,10 +189,11 @@ def run_finetune(ctx: dict[str, Any], solution: Path, timer: str, limit_s: float
         tree.close()
 
 
-def as_run_user(ctx: dict[str, Any], args: list[str], key: str) -> int:
-    """cleanup.py with `args`, as the run's user; the count it reports under `key` (0 if it fails)."""
+def as_run_user(ctx: dict[str, Any], args: list[str], key: str, scratch: Path) -> int:
+    """cleanup.py with `args`, as the run's user (with the run's scratch folder); the count it
+    reports under `key` (0 if it fails)."""
     source = (HERE / "cleanup.py").read_text(encoding="utf-8")
-    child = ConfinedChild(ctx, source, args, cwd="/", name="cleanup")
+    child = ConfinedChild(ctx, source, args, cwd="/", name="cleanup", scratch=str(scratch))
     try:
         return int(child.receive(120.0).get(key, 0))
     except (ChildFailed, ChildTimeout):
@@ -204,7 +206,7 @@ def clean(ctx: dict[str, Any], scratch: Path) -> int:
     """Remove what the run left, as the run's user (see cleanup.py); returns how many of its files
     outside the scratch folder were removed."""
     sweep = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", str(ctx["home"])) if os.path.isdir(folder)]
-    return as_run_user(ctx, ["clean", str(scratch), str(os.getuid()), *sweep], "removed")
+    return as_run_user(ctx, ["clean", str(scratch), str(os.getuid()), *sweep], "removed", scratch)
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +217,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     max_diff = float(ctx["max_l1_diff"])
     reference = reference_weights(Path(str(ctx["protected"])))
     cores = usable_cores()
-    scratch = Path(tempfile.mkdtemp(prefix="foundry-score-"))
+    outer, inner = scratch_folder()  # the only folder the run may write in (the confinement's scratch)
+    scratch = Path(inner)
     removed = 0
     try:
         solution = prepare(ctx, scratch)
@@ -231,7 +234,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         if run["exit"] != 0:
             error = run.get("error") or f"finetune.sh exited with {run['exit']}"
             return {"raw": None, "message": {"error": error, "output": run["output"][-600:]}, "details": details}
-        as_run_user(ctx, ["open", str(solution / OUTPUT)], "opened")  # files the run wrote private
+        as_run_user(ctx, ["open", str(solution / OUTPUT)], "opened", scratch)  # files the run wrote private
         produced, why = read_weights(str(solution / OUTPUT))
         diff: float | None = None
         if produced is not None:
@@ -249,7 +252,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     finally:
         with contextlib.suppress(Exception):
             removed = clean(ctx, scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(outer)
         if removed:
             print(f"cleanup removed {removed} files of the run outside its folder", file=sys.stderr)
 

@@ -10,6 +10,9 @@ own gateway token, when the hidden split is not readable).
    its own). Problems go in batches of `batch_size`, `batch_timeout_s` per batch.
 2. The programs are compiled (`rustc --edition 2018`) and run on every test's input in a
    second confined child without network (run_worker.py), `test_timeout_s` per test.
+   Each child may write only in its own scratch folder (its HOME and TMPDIR: compilations, the
+   linker's files), removed with it: neither the module nor its programs can leave the problems
+   or the test inputs they were given in /tmp, /dev/shm or a folder of the agent's.
 3. This process, which runs no agent code, compares outputs with the expected ones: a problem
    is solved when its program passes all of its tests.
 
@@ -20,14 +23,10 @@ compile-and-run child (rustc missing, the child killed): that is not the solutio
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,32 +93,8 @@ def run(ctx: dict[str, Any], programs: list[str], problems: list[dict[str, Any]]
     return results, facts
 
 
-@contextlib.contextmanager
-def scratch_folder() -> Iterator[str]:
-    """A fresh temporary folder for both children (their TMPDIR: compilations, the linker's files),
-    writable by the confined user, and never a file directly in a folder above /protected, which
-    the confinement leaves read-only (the local backend's protected folder may lie under /tmp).
-    TMPDIR is this process's while it lasts (the children inherit it), then what it was."""
-    folder = tempfile.mkdtemp(prefix="rust-score-")
-    os.chmod(folder, 0o1777)
-    previous = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = folder
-    tempfile.tempdir = None
-    try:
-        yield folder
-    finally:
-        if previous is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = previous
-        tempfile.tempdir = None
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
-    started = time.monotonic()
-    with scratch_folder():
-        return _score(ctx, started)
+    return _score(ctx, time.monotonic())
 
 
 def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:

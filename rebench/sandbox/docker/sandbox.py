@@ -546,6 +546,8 @@ class DockerSandbox:
             **(_SCORER_REQUEST if user == "scorer" else {}),
             # The scorer and the submitted code are other users now: they must be able to read it.
             **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
+            # Whatever the score call's users wrote where the agent could reach it goes before it resumes.
+            **({"sweep": self._scoring_sweep()} if user == "scorer" else {}),
         }
         if user == "scorer":
             await self._freeze_agent()
@@ -596,6 +598,14 @@ class DockerSandbox:
         if cgroup is not None:
             with contextlib.suppress(CgroupError):
                 await asyncio.to_thread(cgroup.thaw)
+
+    def _scoring_sweep(self) -> list[dict[str, Any]]:
+        """What the exec server removes after a score call: everything `subject` (the submitted
+        code) owns in the shared temporary folders, its home and the agent's home, and everything
+        the scorer owns in the shared temporary folders (its scratch folders, even after a kill)."""
+        shared = ["/tmp", "/var/tmp", "/dev/shm"]
+        return [{"user": SUBJECT_USER, "dirs": [*shared, f"/home/{SUBJECT_USER}", self.paths.home]},
+                {"user": "scorer", "dirs": shared}]
 
     async def _kill(self, request_id: int) -> None:
         """Kill a command's tree after the caller gave up on it (cancelled, or no reply)."""
