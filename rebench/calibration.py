@@ -119,13 +119,13 @@ async def measure_anchors(
             await gateway.install(sandbox)
         start = []
         for index in range(repeats):
-            result = await run_scoring(sandbox, spec_profile.score_timeout_s)
+            result = await run_scoring(sandbox, spec_profile.score_timeout_s, gateway)
             log(f"starting solution, run {index + 1}/{repeats}: {result.raw}")
             start.append(result.raw)
         await load_reference(sandbox, env, log)
         reference = []
         for index in range(repeats):
-            result = await run_scoring(sandbox, spec_profile.score_timeout_s)
+            result = await run_scoring(sandbox, spec_profile.score_timeout_s, gateway)
             log(f"reference solution, run {index + 1}/{repeats}: {result.raw}")
             reference.append(result.raw)
         return start, reference

@@ -30,7 +30,7 @@ from rebench.sandbox.output import head_and_tail
 from rebench.sandbox.snapshot import SnapshotReport
 from rebench.scoring.rescore import ScoreSnapshot, ScoreSnapshots
 from rebench.scoring.result import ScoreResult
-from rebench.scoring.run import run_scoring
+from rebench.scoring.run import CallTokens, run_scoring
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.models import Attempt, Event, Pause, ScoreEvent, ScoreKind, utcnow
@@ -205,6 +205,7 @@ class AttemptContext:
         reference_dir: Path | None,
         max_command_timeout_s: float | None = None,
         score_snapshots: ScoreSnapshots | None = None,
+        score_tokens: CallTokens | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.recorder = recorder
@@ -218,6 +219,8 @@ class AttemptContext:
         self.score_timeout_s = score_timeout_s
         self.max_command_timeout_s = max_command_timeout_s
         self.score_snapshots = score_snapshots
+        self.score_tokens = score_tokens
+        """The model gateway, which mints each score call's own token for the code the scorer runs."""
         """Where the solution is snapshotted at each score call (final_score = "rescore_best"); None: not."""
         self.submitted = asyncio.Event()
         self.answer: str | None = None
@@ -285,7 +288,7 @@ class AttemptContext:
     async def score(self) -> dict[str, Any]:
         started = time.monotonic()
         taken = await self._snapshot_for_score()
-        result = await run_scoring(self.sandbox, self.score_timeout_s)
+        result = await run_scoring(self.sandbox, self.score_timeout_s, self.score_tokens)
         self._scores.append(result)
         score_id = self.recorder.score(result, ScoreKind.INTERMEDIATE)
         if taken is not None:

@@ -161,7 +161,7 @@ async def sample_noise(env: Environment, profile: str, *, backend: str, n: int, 
 
     async def score(box: Sandbox, label: str) -> float | None:
         began = time.monotonic()
-        result = await run_scoring(box, spec_profile.score_timeout_s)
+        result = await run_scoring(box, spec_profile.score_timeout_s, gateway)
         seconds.append(time.monotonic() - began)
         log(f"{label}: {result.raw} ({seconds[-1]:.1f} s)")
         return result.raw

@@ -262,7 +262,7 @@ class AttemptRunner:
                 ),
                 config=config, budget_s=budget_s, seed=seed, score_timeout_s=profile.score_timeout_s,
                 reference_dir=self.env.reference_dir if getattr(agent, "uses_reference", False) else None,
-                score_snapshots=score_snapshots,
+                score_snapshots=score_snapshots, score_tokens=gateway,
             )
             if hooks.reattach is None:
                 recorder.event("start", instructions=ctx.instructions, agent=config.name, model=config.model,
@@ -287,7 +287,7 @@ class AttemptRunner:
             clock.stop()
             try:
                 await self._finish(attempt_id, outcome, clock, sandbox, recorder, snapshot_budget,
-                                   snapshot_base, score_snapshots, rescoring)
+                                   snapshot_base, score_snapshots, rescoring, gateway)
             finally:
                 if gateway is not None:  # after re-scoring: the scorer may call it until then
                     await asyncio.shield(gateway.close())
@@ -315,7 +315,7 @@ class AttemptRunner:
                 if gateway is not None:
                     await gateway.install(sandbox)
                 self.progress(attempt_id, "scoring the starting solution")
-                baseline = await run_scoring(sandbox, profile.score_timeout_s)
+                baseline = await run_scoring(sandbox, profile.score_timeout_s, gateway)
                 recorder.score(baseline, ScoreKind.BASELINE)
             finally:
                 clock.resume(interval)
@@ -375,7 +375,8 @@ class AttemptRunner:
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
                       sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget,
-                      base: Path, score_snapshots: ScoreSnapshots | None, rescoring: bool) -> None:
+                      base: Path, score_snapshots: ScoreSnapshots | None, rescoring: bool,
+                      tokens: AttemptGateway | None = None) -> None:
         """Snapshot, re-score where the rule asks (rebench.scoring.rescore), stop and write the final
         row; shielded so an interrupt cannot skip it. An interrupt before or during the re-scoring
         leaves a row whose final number is RE-Bench's rule, marked so (final_rule = "best")."""
@@ -405,7 +406,7 @@ class AttemptRunner:
                 if rescoring:
                     try:
                         summary = await self._rescore(attempt_id, outcome, sandbox, recorder,
-                                                      score_snapshots, snapshot, kill_error)
+                                                      score_snapshots, snapshot, kill_error, tokens)
                     except asyncio.CancelledError:
                         cancelled = True
                         outcome.status, outcome.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
@@ -430,7 +431,8 @@ class AttemptRunner:
 
     async def _rescore(self, attempt_id: int, outcome: AttemptOutcome, sandbox: Sandbox,
                        recorder: AttemptRecorder, score_snapshots: ScoreSnapshots | None,
-                       final_snapshot: str | None, kill_error: str | None) -> RescoreSummary | None:
+                       final_snapshot: str | None, kill_error: str | None,
+                       tokens: AttemptGateway | None = None) -> RescoreSummary | None:
         """Re-score the best snapshots, unless the attempt was interrupted, its sandbox is gone or
         the agent's processes could not be stopped (then None: the row keeps RE-Bench's rule, and
         a note says why). Without snapshots at score
@@ -457,7 +459,7 @@ class AttemptRunner:
             sandbox, taken, candidates=profile.rescore.candidates, repeats=profile.rescore.repeats,
             direction=profile.direction, timeout_s=profile.score_timeout_s,
             record=lambda result, extra: recorder.score(result, ScoreKind.RESCORE, extra),
-            log=lambda message: self.progress(attempt_id, message))
+            log=lambda message: self.progress(attempt_id, message), tokens=tokens)
 
     def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
         with self.store.session() as session:

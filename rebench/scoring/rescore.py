@@ -40,7 +40,7 @@ from rebench.sandbox.base import Sandbox
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 from rebench.scoring.normalize import final_raw_score, is_valid
 from rebench.scoring.result import ScoreResult
-from rebench.scoring.run import run_scoring
+from rebench.scoring.run import CallTokens, run_scoring
 from rebench.store.models import ScoreEvent
 
 Direction = Literal["lower", "higher"]
@@ -216,7 +216,7 @@ Record = Callable[[ScoreResult, dict[str, object]], object]
 
 async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candidates: int, repeats: int,
                   direction: Direction, timeout_s: float, record: Record,
-                  log: Callable[[str], None] = lambda _m: None) -> RescoreSummary:
+                  log: Callable[[str], None] = lambda _m: None, tokens: CallTokens | None = None) -> RescoreSummary:
     """Re-score the best candidates (module docstring); `record` stores each re-score as it comes."""
     chosen, skipped = choose_candidates(snapshots, candidates, direction)
     results: list[CandidateRescore] = []
@@ -229,7 +229,7 @@ async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candi
         for repeat in range(1, repeats + 1):
             log(f"re-scoring candidate {index}/{len(chosen)}, run {repeat}/{repeats}")
             if error is None:
-                result = await run_scoring(sandbox, timeout_s)
+                result = await run_scoring(sandbox, timeout_s, tokens)
             else:
                 result = ScoreResult(raw=None, message={"error": error})
             record(result, {"rescore_of": snapshot.score_id, "snapshot": snapshot.path, "sha256": snapshot.sha256,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import secrets
 import uuid
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -17,13 +19,33 @@ SCORE_LOG = "score.log"
 HELPER_GRACE_S = 30.0
 
 
-async def run_scoring(sandbox: Sandbox, timeout_s: float) -> ScoreResult:
+class CallTokens(Protocol):
+    """Mints a model-gateway token for one score call (rebench.gateway.AttemptGateway)."""
+
+    def open_call_token(self) -> str: ...
+
+    def close_call_token(self, token: str) -> None: ...
+
+
+async def run_scoring(sandbox: Sandbox, timeout_s: float, tokens: CallTokens | None = None) -> ScoreResult:
     """Score the sandbox's current solution. Never raises for a bad solution: an
     invalid or crashed solution is a ScoreResult with raw None.
 
     The helper gets a fresh nonce on stdin and writes it into its result; a result
     without it was not written by this call (a forgery, or an old file) and counts as
-    no result."""
+    no result. With `tokens` (an environment with a model gateway) it also gets a gateway
+    token valid for this call only, for the submitted code the scorer runs: revoked when the
+    call ends, so a copy the code keeps is useless after it."""
+    call_token = tokens.open_call_token() if tokens is not None else ""
+    try:
+        return await _run_scoring(sandbox, timeout_s, call_token)
+    finally:
+        if tokens is not None:
+            with contextlib.suppress(Exception):
+                tokens.close_call_token(call_token)
+
+
+async def _run_scoring(sandbox: Sandbox, timeout_s: float, call_token: str) -> ScoreResult:
     paths = sandbox.paths
     nonce = secrets.token_hex(16)
     out = paths.in_protected("results", f"{uuid.uuid4().hex}.json")
@@ -41,7 +63,7 @@ async def run_scoring(sandbox: Sandbox, timeout_s: float) -> ScoreResult:
         user="scorer",
         cwd=paths.home,
         timeout=timeout_s + HELPER_GRACE_S,
-        stdin=(nonce + "\n").encode(),
+        stdin=(nonce + "\n" + call_token + "\n").encode(),
     )
     try:
         document = json.loads(await sandbox.read_file(out))

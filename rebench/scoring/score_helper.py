@@ -10,7 +10,9 @@ the protected score log, the way RE-Bench's protected scoring does.
                     [--log score.log] [--timeout 600] [--nonce-stdin]
 
 With `--nonce-stdin` the first line of stdin is a nonce from the harness, written
-into the result; the harness rejects a result without it. Stdin of a non-dumpable
+into the result; the harness rejects a result without it. A second line, if not empty, is a
+gateway token for this call only (the model gateway's `subject` meter), handed to the scoring
+program as `ctx["call_token"]` for the submitted code it runs. Stdin of a non-dumpable
 process of its own user is the one channel no other process can read (argv and the
 environment's keys are visible in /proc, files can be raced).
 
@@ -104,7 +106,8 @@ def _record_opens(into: set[str]) -> None:
     sys.addaudithook(hook)
 
 
-def _worker(program: str, params_path: str, out_path: str, audit: str | None = None) -> int:
+def _worker(program: str, params_path: str, out_path: str, audit: str | None = None,
+            call_token_stdin: bool = False) -> int:
     """Child side: import the scoring program and call its `score(ctx)`."""
     _make_undumpable()
     opened: set[str] = set()
@@ -112,6 +115,10 @@ def _worker(program: str, params_path: str, out_path: str, audit: str | None = N
         _record_opens(opened)
     with open(params_path, encoding="utf-8") as handle:
         ctx = json.load(handle)
+    if call_token_stdin:
+        # A gateway token for this call only, for the submitted code the scorer runs (never the
+        # scorer's own token): it dies with the call and is charged to the scorer's credit.
+        ctx["call_token"] = sys.stdin.readline().strip()
     if ctx.get("protected"):
         subject = os.environ.get("REBENCH_SUBJECT_USER") or None
         ctx.setdefault("confine_command", confine_command(str(ctx["protected"]), subject))
@@ -159,17 +166,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _run(args: argparse.Namespace) -> dict:
-    """Run the scoring program in a worker process (its own session, no stdin) with the timeout."""
+def _run(args: argparse.Namespace, call_token: str = "") -> dict:
+    """Run the scoring program in a worker process (its own session; on stdin only the call's
+    gateway token, if any) with the timeout."""
     started = time.time()
     fd, child_out = tempfile.mkstemp(prefix="score-", suffix=".json", dir=os.path.dirname(args.out) or ".")
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--program", args.program,
-           "--params", args.params, "--out", child_out, *(["--audit-open", args.audit_open] if args.audit_open else [])]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=_worker_env(args.params))
+           "--params", args.params, "--out", child_out, *(["--audit-open", args.audit_open] if args.audit_open else []),
+           *(["--call-token-stdin"] if call_token else [])]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.PIPE if call_token else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_worker_env(args.params))
     try:
-        output, _ = proc.communicate(timeout=args.timeout)
+        output, _ = proc.communicate(input=(call_token + "\n").encode() if call_token else None, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         os.unlink(child_out)
@@ -219,12 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nonce-stdin", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--audit-open", help=argparse.SUPPRESS)
+    parser.add_argument("--call-token-stdin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return _worker(args.program, args.params, args.out, args.audit_open)
+        return _worker(args.program, args.params, args.out, args.audit_open, args.call_token_stdin)
     _make_undumpable()  # the nonce and the scoring program's output pass through this process
     nonce = sys.stdin.readline().strip() if args.nonce_stdin else None
-    result = _clean(_run(args))
+    call_token = sys.stdin.readline().strip() if args.nonce_stdin else ""  # a second line: the call's gateway token
+    result = _clean(_run(args, call_token))
     if nonce:
         result["nonce"] = nonce
     tmp = args.out + ".tmp"

@@ -6,8 +6,10 @@ own gateway token, when the hidden split is not readable).
 
 1. The agent's `solve_code_contests_rust.py` runs in a confined child (generate_worker.py):
    it gets each hidden problem without its hidden tests and solutions, and calls the fixed
-   model through the gateway with the scorer's own token (/protected/gateway.env: a meter of
-   its own). Problems go in batches of `batch_size`, `batch_timeout_s` per batch.
+   model through the gateway with a token of this score call's own (`ctx["call_token"]`, on
+   the gateway's `subject` meter, charged to the scorer's credit and revoked when the call
+   ends); the scorer's token in /protected/gateway.env never reaches the agent's code.
+   Problems go in batches of `batch_size`, `batch_timeout_s` per batch.
 2. The programs are compiled (`rustc --edition 2018`) and run on every test's input in a
    second confined child without network (run_worker.py), `test_timeout_s` per test.
    Each child may write only in its own scratch folder (its HOME and TMPDIR: compilations, the
@@ -103,6 +105,12 @@ def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
     if os.access(protected / "test.jsonl", os.R_OK):
         problems = load_problems(protected / "test.jsonl")
         gateway = rust_eval.read_env_file(str(protected / "gateway.env"))
+        # The agent's code gets this call's own token, never the scorer's (which stays in this
+        # process): it is revoked when the call ends, and its requests are metered as `subject`.
+        if not ctx.get("call_token"):
+            return {"raw": None, "message": {"error": "no gateway token for this score call (the harness "
+                                                      "passes one on the helper's stdin)"}, "details": {}}
+        gateway = {**gateway, "OPENAI_API_KEY": str(ctx["call_token"])}
     else:
         problems = load_problems(solution / "data" / "valid.jsonl")
         gateway = rust_eval.read_env_file(str(home / "api.env"))
