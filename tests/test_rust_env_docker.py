@@ -35,4 +35,4 @@ def test_reference_attempt_on_docker_scores_with_rustc_in_the_image_and_confined
         assert details["compiled"] > 0, details  # rustc is in the image
         assert details["solution_confined"] and details["programs_confined"], details
         assert "landlock tcp" in details["programs_network"], details
-    assert meters == {"scorer"}
+    assert meters == {"subject"}  # the solution's calls, on the score call's own token

@@ -1,0 +1,135 @@
+"""The scorer reads nothing the agent can write (issue 24, route 4), per environment, on Docker.
+
+GPT-2 QA's scorer decoded answers with `~/vocab.json`: root-owned and read-only, but in a folder
+the agent owns, so the agent replaced it and changed its score. This test finds the same class of
+hole in every environment: it scores the starting solution of each environment's built image
+(tiny; `ci` where one exists) with the scoring helper's audit of every file the scoring program
+opens (a Python audit hook), then asks, as the agent's uid in the same container, whether the
+agent could write any of those files or rename anything in a folder on their path. Files the
+scorer makes for itself (its results, its scratch folders) are left out; everything else must be
+closed to the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.docker_support import base_image, docker_engine, run
+
+pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
+
+ENVIRONMENTS = ["fix_embedding", "nanogpt_chat_rl", "optimize_llm_foundry", "restricted_mlm",
+                "rust_codecontests_inference", "small_scaling_law", "triton_cumsum"]
+PROFILE = {"optimize_llm_foundry": "ci"}
+AUDIT = "/protected/results/opened.txt"
+
+# Run as the agent on each path the scorer opened: the path itself, then every folder above it.
+# A folder the agent may write lets it rename or replace what is in it, unless the folder is
+# sticky (/tmp) and the entry is someone else's.
+PROBE = r"""
+import json, os, stat, sys
+found = []
+for path in json.load(sys.stdin):
+    if not os.path.lexists(path):
+        # a missing file in a folder the agent can write could be planted before the next call
+        parent = os.path.dirname(path)
+        if os.access(parent, os.W_OK):
+            found.append([path, "missing, in a folder the agent can write"])
+        continue
+    if os.access(path, os.W_OK) and not os.path.isdir(path):
+        found.append([path, "the agent can write it"])
+    child, parent = path, os.path.dirname(path)
+    while True:
+        try:
+            info = os.lstat(parent)
+            entry = os.lstat(child)
+        except OSError:
+            break
+        if os.access(parent, os.W_OK | os.X_OK):
+            sticky = bool(info.st_mode & stat.S_ISVTX)
+            if not sticky or entry.st_uid == os.getuid():
+                found.append([path, f"the agent can rename {child} (in {parent})"])
+        if parent == "/":
+            break
+        child, parent = parent, os.path.dirname(parent)
+print(json.dumps(found))
+"""
+
+
+def _scorer_own(path: str) -> bool:
+    """Files the scoring call writes for itself, or that are not files at all."""
+    return (path.startswith(("/proc/", "/sys/", "/dev/", "/protected/results/"))
+            or "/rebench-scratch-" in path or path.endswith((".pyc", "__pycache__")))
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
+    from rebench.environments.build import assets_dir
+    from rebench.environments.install import PARAMS_FILE, SCORING_DIR, install_environment
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.gateway.attempt import AttemptGateway
+    from rebench.sandbox.base import SandboxSpec
+    from rebench.sandbox.factory import create_sandbox
+
+    base_image(docker_engine())
+    profile = PROFILE.get(name, "tiny")
+    built = run_cli("envs", "build", name, "--profile", profile, "--backend", "docker", timeout=2400)
+    assert built.returncode == 0, built.stderr[-3000:]
+    env = EnvironmentRegistry(REPO / "environments").get(name)
+    spec_profile = env.profile(profile)
+
+    async def go() -> tuple[list[str], list[Any]]:
+        spec = SandboxSpec(attempt_id=0, environment=name, profile=profile, cpus=spec_profile.resources.cpus,
+                           memory_gb=spec_profile.resources.memory_gb)
+        gateway = AttemptGateway.unmetered(env, profile, "docker")
+        if gateway is not None:
+            spec = gateway.sandbox_spec(spec)
+        sandbox = create_sandbox("docker", spec, env)
+        await sandbox.start()
+        try:
+            await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
+            if gateway is not None:
+                await gateway.start()
+                await gateway.install(sandbox)
+            paths = sandbox.paths
+            await sandbox.exec(["mkdir", "-p", paths.in_protected("results")], user="root", timeout=30)
+            token = gateway.open_call_token() if gateway is not None else ""
+            scored = await sandbox.exec(
+                [paths.python, paths.helper, "--program", paths.in_protected(SCORING_DIR, "score.py"),
+                 "--params", paths.in_protected(PARAMS_FILE), "--out", "/protected/results/audit.json",
+                 "--timeout", str(spec_profile.score_timeout_s), "--nonce-stdin", "--audit-open", AUDIT],
+                user="scorer", cwd=paths.home, timeout=spec_profile.score_timeout_s + 60,
+                stdin=f"nonce\n{token}\n".encode())
+            assert scored.exit_code == 0, (scored.stdout[-2000:], scored.stderr[-2000:])
+            opened = (await sandbox.exec(["cat", AUDIT], user="root")).stdout.split("\n")
+            opened = sorted({p for p in opened if p and not _scorer_own(p)})
+            probe = await sandbox.exec(["python3", "-c", PROBE], stdin=json.dumps(opened).encode(), cwd="/")
+            assert probe.exit_code == 0, probe.stderr
+            return opened, json.loads(probe.stdout)
+        finally:
+            await sandbox.stop()
+            if gateway is not None:
+                await gateway.close()
+
+    opened, writable = run(go())
+    assert any(p.startswith("/protected/") for p in opened), opened  # the audit saw the scorer's reads
+    assert writable == [], writable
+
+
+def test_the_probe_finds_a_file_in_the_agents_home(tmp_path: Path) -> None:
+    """The probe itself can fail: a root-owned read-only file in the agent's own folder is found."""
+    from tests.docker_support import with_sandbox
+
+    async def body(sb: Any) -> list[Any]:
+        await sb.exec(["sh", "-c", "echo {} > /home/agent/vocab.json; chmod 444 /home/agent/vocab.json"],
+                      user="root", cwd="/")
+        probe = await sb.exec(["python3", "-c", PROBE], stdin=json.dumps(["/home/agent/vocab.json"]).encode())
+        return list(json.loads(probe.stdout))
+
+    found = with_sandbox(base_image(docker_engine()), body)
+    assert found and "rename /home/agent/vocab.json" in found[0][1], found
