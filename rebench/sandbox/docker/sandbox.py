@@ -306,7 +306,8 @@ class DockerSandbox:
                 f"image {self.spec.image} has no user {', '.join(missing)}; rebuild it from the current "
                 f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
             )
-        self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder)
+        self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder,
+                                     self._run)
         self._disk_watch = asyncio.create_task(self._watch_disk())
 
     @classmethod
@@ -465,6 +466,31 @@ class DockerSandbox:
         cwd: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        started = time.monotonic()
+        result = await self._run(cmd, user=user, timeout=timeout, env=env, cwd=cwd, stdin=stdin)
+        stdout, cut_out = decode_capture(result.get("stdout", {}))
+        stderr, cut_err = decode_capture(result.get("stderr", {}))
+        return ExecResult(
+            exit_code=result.get("exit_code"),
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=bool(result.get("timed_out")),
+            duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
+            truncated=cut_out or cut_err,
+        )
+
+    async def _run(
+        self,
+        cmd: str | list[str],
+        *,
+        user: User,
+        timeout: float | None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        limit: int = OUTPUT_LIMIT_BYTES,
+    ) -> dict[str, Any]:
+        """One command through the channel; the server's raw reply (streams as base64 head/tail)."""
         channel = self._require_channel()
         if self.breach is not None and user == "agent":
             raise LimitExceeded("disk", self.breach)
@@ -488,35 +514,24 @@ class DockerSandbox:
             "cwd_fallback": cwd is None,
             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
             "timeout": timeout,
-            "limit": OUTPUT_LIMIT_BYTES,
+            "limit": limit,
             # Scoring runs with the protected group: nothing it started may outlive it.
             "reap_groups": groups,
             **(_SCORER_REQUEST if user == "scorer" else {}),
             # The scorer and the submitted code are other users now: they must be able to read it.
             **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
         }
-        started = time.monotonic()
         request_id, reply = channel.send(request)
         try:
             await channel.drain()
             wait = None if timeout is None else timeout + _REPLY_MARGIN_S
-            result = await asyncio.wait_for(asyncio.shield(reply), wait)
+            return await asyncio.wait_for(asyncio.shield(reply), wait)
         except TimeoutError:
             await self._kill(request_id)
             raise SandboxDied(f"sandbox of attempt {self.spec.attempt_id} stopped answering") from None
         except asyncio.CancelledError:
             await self._kill(request_id)
             raise
-        stdout, cut_out = decode_capture(result.get("stdout", {}))
-        stderr, cut_err = decode_capture(result.get("stderr", {}))
-        return ExecResult(
-            exit_code=result.get("exit_code"),
-            stdout=stdout,
-            stderr=stderr,
-            timed_out=bool(result.get("timed_out")),
-            duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
-            truncated=cut_out or cut_err,
-        )
 
     async def _kill(self, request_id: int) -> None:
         """Kill a command's tree after the caller gave up on it (cancelled, or no reply)."""
@@ -554,6 +569,16 @@ class DockerSandbox:
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         return await self._require_files().copy_out(source, dest_dir, budget)
+
+    # -- files as the agent (its tools: the kernel decides, rebench.sandbox.agent_files) --
+    async def agent_read_file(self, path: str) -> bytes:
+        return await self._require_files().agent_read(path)
+
+    async def agent_write_file(self, path: str, data: bytes) -> None:
+        await self._require_files().agent_write(path, data)
+
+    async def agent_copy_in(self, source_dir: str, dest: str) -> None:
+        await self._require_files().agent_copy_in(source_dir, dest)
 
 
 def create_sandbox(spec: SandboxSpec, env: Any) -> DockerSandbox:
