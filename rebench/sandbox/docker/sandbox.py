@@ -167,7 +167,9 @@ class DockerSandbox:
             command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
                        f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
         if spec.gateway_socket:
-            binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "rw"}
+            # Read-only: root inside connects to the socket (which works through a read-only bind
+            # mount) and never needs to create anything in a host folder.
+            binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "ro"}
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
