@@ -169,3 +169,26 @@ def test_reads_and_writes_past_the_limit_fail_clearly(image: str, tmp_path: Path
             assert (await ctx.sandbox.agent_read_file("bin")) == data
 
     run(body())
+
+
+def _writable_in(image: str) -> list[str]:
+    from rebench.images.writable import agent_writable
+
+    async def body() -> list[str]:
+        async with started_sandbox(image) as sb:
+            await sb.write_file(f"{sb.paths.solution}/.keep", b"")
+            return await agent_writable(sb)
+
+    return run(body())
+
+
+def test_nothing_outside_the_agents_places_is_writable_by_the_agent_in_the_base_image(image: str) -> None:
+    assert _writable_in(image) == []
+
+
+def test_nothing_outside_the_agents_places_is_writable_by_the_agent_in_an_environment_image() -> None:
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.images.build import build_environment_image
+
+    env = EnvironmentRegistry().get("triton_cumsum")
+    assert _writable_in(build_environment_image(env, "tiny", engine=docker_engine())) == []
