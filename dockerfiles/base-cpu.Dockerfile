@@ -33,6 +33,9 @@ RUN set -eu; \
     chown root:protected /protected /protected/results; \
     chmod 2770 /protected /protected/results; \
     chmod 0755 /home/agent; \
+    # Debian's other world-writable folders: nothing of the agent's belongs beside what root uses
+    # (the agent has its home, /tmp and /dev/shm; tests/adversarial walks the image as the agent).
+    chmod 0755 /var/tmp /run/lock; \
     python3 -m venv /opt/venv; \
     rm -rf /root/.cache
 

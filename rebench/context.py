@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import json
 import threading
 import time
@@ -264,24 +265,27 @@ class AttemptContext:
                                 stdin=code.encode())
 
     async def read_file(self, path: str) -> str:
-        data = await self.sandbox.read_file(self._agent_path(path))
+        data = await self.sandbox.agent_read_file(self._agent_path(path))
         self.recorder.event("read_file", path=path, bytes=len(data))
         return data.decode("utf-8", errors="replace")
 
     async def write_file(self, path: str, content: str | bytes) -> None:
         data = content.encode() if isinstance(content, str) else content
-        await self.sandbox.write_file(self._agent_path(path), data, user="agent")
+        await self.sandbox.agent_write_file(self._agent_path(path), data)
         self.recorder.event("write_file", path=path, bytes=len(data),
                             content=_short(data.decode("utf-8", errors="replace"), 4000))
 
     async def upload_dir(self, source: Path, dest: str) -> None:
-        await self.sandbox.copy_in(str(source), self._agent_path(dest), user="agent")
+        await self.sandbox.agent_copy_in(str(source), self._agent_path(dest))
         self.recorder.event("upload_dir", source=str(source), dest=dest)
 
     def _agent_path(self, path: str) -> str:
+        """Relative paths are under the solution folder. The check here is only a friendlier message
+        for the plain case: the defence is that the sandbox does every agent file operation with the
+        agent's own rights (Sandbox.agent_read_file and the rest), so the kernel decides."""
         if path.startswith("/"):
-            if path.startswith(self.paths.protected):
-                raise PermissionError(f"{path} is protected")
+            if path == self.paths.protected or path.startswith(self.paths.protected + "/"):
+                raise PermissionError(errno.EACCES, "the agent cannot reach the protected folder", path)
             return path
         return f"{self.paths.solution}/{path}"
 

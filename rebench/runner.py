@@ -236,8 +236,12 @@ class AttemptRunner:
             ).model_copy(update=hooks.spec_update)
             if profile.gateway is not None:
                 # A keep-alive (human) sandbox outlives this process: its gateway keeps its socket and
-                # tokens in the gate folder, for the gateway of the next supervisor to serve again.
-                keep_state = Path(spec.gate_dir) if spec.keep_alive and spec.gate_dir else None
+                # tokens for the gateway of the next supervisor to serve again, in a host folder beside
+                # the database, never in the gate folder, which the container can write.
+                keep_state = (self.store.path.resolve().parent / "human" / f"attempt-{attempt_id}"
+                              if spec.keep_alive and spec.gate_dir else None)
+                if keep_state is not None:
+                    keep_state.mkdir(parents=True, exist_ok=True)
                 gateway = AttemptGateway(self.store, attempt_id, self.env, profile.gateway,
                                          assets=assets_dir(self.env, profile_name, build=False),
                                          unix=self.backend != "local", credit_usd=self.gateway_credit_usd,

@@ -15,8 +15,10 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +55,10 @@ TICK_S = 0.25
 BACKEND = "docker"
 
 
+KEPT_NAME = re.compile(r"casts/session-[0-9]+\.cast|sessions\.jsonl")
+"""What the gate writes and the supervisor keeps (rebench.sandbox.human.gate names them so)."""
+
+
 def human_dir(store: Store, attempt_id: int) -> Path:
     """Where a human attempt's log and recordings are kept, next to the database."""
     return store.path.resolve().parent / "human" / f"attempt-{attempt_id}"
@@ -81,15 +87,23 @@ class SessionLog:
                 Event.attempt_id == attempt_id, Event.kind == EventKind.SSH_SESSION)) or 0)
 
     def keep(self, recording: str | None) -> str | None:
-        """Copy one recording next to the database; its kept path (None: nothing to keep)."""
-        if not recording:
+        """Copy one recording next to the database; its kept path (None: nothing to keep).
+
+        The gate folder is writable from the container: a name the gate did not make
+        (`KEPT_NAME`) is ignored, and no symlink there is followed, so nothing of the host
+        outside the gate folder is ever copied."""
+        if not recording or not KEPT_NAME.fullmatch(recording):
             return None
-        source = self.gate_dir / recording
         target = self.kept / recording
         with contextlib.suppress(OSError):
-            if source.is_file():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
+            if (self.gate_dir / "casts").is_symlink():
+                return str(target)
+            fd = os.open(self.gate_dir / recording, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as source:
+                if stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with target.open("wb") as kept:
+                        shutil.copyfileobj(source, kept)
         return str(target)
 
     def poll(self, ctx: AttemptContext) -> None:

@@ -128,12 +128,16 @@ class Sandbox(Protocol):
         ...
 
     async def read_file(self, path: str) -> bytes:
-        """A file's bytes (relative paths are under the solution folder); FileNotFoundError if
-        there is none, IsADirectoryError for a folder, SandboxError if the sandbox failed."""
+        """The harness's own read (as root in a container: never on a path the agent chose; the
+        agent's tools use `agent_read_file`). A file's bytes (relative paths are under the solution
+        folder); FileNotFoundError if there is none, IsADirectoryError for a folder, SandboxError if
+        the sandbox failed."""
         ...
 
     async def write_file(self, path: str, data: bytes, *, user: User = "agent", mode: int | None = None) -> None:
-        """Create or replace a file owned as `user` (missing folders are made); SandboxError
+        """The harness's own write (as root in a container: never on a path the agent chose; the
+        agent's tools use `agent_write_file`). Create or replace a file owned as `user` (missing
+        folders are made); SandboxError
         if the sandbox failed."""
         ...
 
@@ -141,6 +145,23 @@ class Sandbox(Protocol):
         """Copy a host directory's contents into the sandbox at `dest` (made if missing),
         leaving out `__pycache__`; `read_only` files cannot be changed by the agent.
         SandboxError if `source_dir` is not a folder or the sandbox failed."""
+        ...
+
+    async def agent_read_file(self, path: str) -> bytes:
+        """Read a file with the agent's own rights (its uid and groups, in the sandbox): what the
+        agent's `cat` could read, nothing more (rebench.sandbox.agent_files). Relative paths are
+        under the solution folder. Raises the OSError the kernel gave (PermissionError,
+        FileNotFoundError, IsADirectoryError; EFBIG past AGENT_FILE_LIMIT_BYTES)."""
+        ...
+
+    async def agent_write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate and write a file with the agent's own rights (missing folders made
+        as the agent): what the agent's `tee` could write. Raises as `agent_read_file`."""
+        ...
+
+    async def agent_copy_in(self, source_dir: str, dest: str) -> None:
+        """Copy a host folder's files and folders (no __pycache__) to `dest` with the agent's own
+        rights. Raises as `agent_read_file`; EFBIG past AGENT_UPLOAD_LIMIT_BYTES."""
         ...
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:

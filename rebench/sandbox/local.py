@@ -30,6 +30,7 @@ from rebench.environments.build import local_python
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError, SandboxError
 from rebench.paths import cache_dir
+from rebench.sandbox.agent_files import local_read, local_unpack, local_write, pack_folder
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
@@ -352,6 +353,17 @@ class LocalSandbox:
                 shutil.copy2(item, destination)
             if read_only:
                 _make_read_only(destination)
+
+    # The agent's tools: the harness's user is the agent here (no isolation), same rules and limits.
+    async def agent_read_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(local_read, self._host_path(path))
+
+    async def agent_write_file(self, path: str, data: bytes) -> None:
+        await asyncio.to_thread(local_write, self._host_path(path), data)
+
+    async def agent_copy_in(self, source_dir: str, dest: str) -> None:
+        archive = await asyncio.to_thread(pack_folder, Path(source_dir))
+        await asyncio.to_thread(local_unpack, archive, self._host_path(dest))
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         budget = budget or default_budget()

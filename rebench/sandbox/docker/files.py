@@ -5,6 +5,8 @@ RE-Bench layout says (`ContainerFiles.placement`)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import errno
 import tarfile
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -14,12 +16,18 @@ from typing import IO, Any
 import docker.errors
 
 from rebench.errors import SandboxError
+from rebench.sandbox.agent_files import AGENT_FILE_LIMIT_BYTES, agent_io_argv, pack_folder, raise_for_reply, too_large
 from rebench.sandbox.base import SandboxPaths, User
 from rebench.sandbox.docker.archive import BoundedReader, extract_stream, stream_limit, tar_file, tar_folder
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, default_budget
 
 MakeFolder = Callable[[str, User], Awaitable[None]]
 """Creates a folder (and its parents) in the container as the given user."""
+RunRaw = Callable[..., Awaitable[dict[str, Any]]]
+"""DockerSandbox._run: one command through the exec channel, the server's raw reply."""
+_SYSTEM_PYTHON = "/usr/bin/python3"
+"""What runs the agent's file tools: the image's own interpreter (root's, not the agent's to change)."""
+AGENT_IO_TIMEOUT_S = 120.0
 
 
 def in_solution(paths: SandboxPaths, path: str) -> str:
@@ -31,15 +39,18 @@ class ContainerFiles:
     """The sandbox's file methods for one started container.
 
     `ids` are the account ids the exec server reported (`agent`, `scorer`: (uid, gid);
-    `group:protected`: gid); `make_folder` runs `mkdir -p` through the exec channel."""
+    `group:protected`: gid); `make_folder` runs `mkdir -p` through the exec channel, `run` any command.
+    The archive API acts as root: it serves the harness's own files only. The agent's tools
+    (`agent_*`) run a stdlib program as the agent instead (rebench.sandbox.agent_files)."""
 
     def __init__(self, container: Any, paths: SandboxPaths, ids: dict[str, Any], attempt_id: int,
-                 make_folder: MakeFolder) -> None:
+                 make_folder: MakeFolder, run: RunRaw) -> None:
         self._container = container
         self.paths = paths
         self._ids = ids
         self._attempt = attempt_id
         self._make_folder = make_folder
+        self._run = run
 
     def resolve(self, path: str) -> str:
         return in_solution(self.paths, path)
@@ -157,3 +168,29 @@ class ContainerFiles:
                 response.close()
 
         return await asyncio.to_thread(get)
+
+    # -- the agent's tools: a program run as the agent, so the kernel decides ----------------
+    async def _as_agent(self, op: str, path: str, limit: int, stdin: bytes | None = None) -> bytes:
+        target = self.resolve(path)
+        result = await self._run(agent_io_argv(_SYSTEM_PYTHON, op, target, limit), user="agent",
+                                 timeout=AGENT_IO_TIMEOUT_S, stdin=stdin, limit=limit + 1)
+        if result.get("timed_out"):
+            raise OSError(errno.ETIMEDOUT, f"{op} took over {AGENT_IO_TIMEOUT_S:g} s", target)
+        error = base64.b64decode((result.get("stderr") or {}).get("head", "")).decode("utf-8", errors="replace")
+        raise_for_reply(result.get("exit_code"), error, target, f"{op} as the agent")
+        out = result.get("stdout") or {}
+        if out.get("dropped") or out.get("tail"):
+            raise too_large(target, limit + 1, limit, op)
+        return base64.b64decode(out.get("head", ""))
+
+    async def agent_read(self, path: str) -> bytes:
+        return await self._as_agent("read", path, AGENT_FILE_LIMIT_BYTES)
+
+    async def agent_write(self, path: str, data: bytes) -> None:
+        if len(data) > AGENT_FILE_LIMIT_BYTES:
+            raise too_large(self.resolve(path), len(data), AGENT_FILE_LIMIT_BYTES, "write")
+        await self._as_agent("write", path, AGENT_FILE_LIMIT_BYTES, stdin=data)
+
+    async def agent_copy_in(self, source_dir: str, dest: str) -> None:
+        archive = await asyncio.to_thread(pack_folder, Path(source_dir))
+        await self._as_agent("unpack", dest, AGENT_FILE_LIMIT_BYTES, stdin=archive)

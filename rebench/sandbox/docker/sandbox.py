@@ -177,7 +177,9 @@ class DockerSandbox:
             command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
                        f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
         if spec.gateway_socket:
-            binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "rw"}
+            # Read-only: root inside connects to the socket (which works through a read-only bind
+            # mount) and never needs to create anything in a host folder.
+            binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "ro"}
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
@@ -316,7 +318,8 @@ class DockerSandbox:
                 f"image {self.spec.image} has no user {', '.join(missing)}; rebuild it from the current "
                 f"rebench base image (`rebench envs build {self.spec.environment} --backend docker`)"
             )
-        self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder)
+        self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder,
+                                     self._run)
         self._agent_uid = int(ids["agent"][0])
         await self._setup_cgroup(health)
         self._disk_watch = asyncio.create_task(self._watch_disk())
@@ -514,6 +517,34 @@ class DockerSandbox:
     ) -> ExecResult:
         """`agent_side` (root commands only): start it in the agent's cgroup, e.g. the SSH gate that
         runs the expert's shells, so it is frozen, counted and killed with the agent."""
+        started = time.monotonic()
+        result = await self._run(cmd, user=user, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                 agent_side=agent_side)
+        stdout, cut_out = decode_capture(result.get("stdout", {}))
+        stderr, cut_err = decode_capture(result.get("stderr", {}))
+        return ExecResult(
+            exit_code=result.get("exit_code"),
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=bool(result.get("timed_out")),
+            duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
+            truncated=cut_out or cut_err,
+        )
+
+    async def _run(
+        self,
+        cmd: str | list[str],
+        *,
+        user: User,
+        timeout: float | None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        limit: int = OUTPUT_LIMIT_BYTES,
+        agent_side: bool = False,
+    ) -> dict[str, Any]:
+        """One command through the channel; the server's raw reply (streams as base64 head/tail).
+        A scorer's command runs with the agent's cgroup frozen from the host, thawed however it ends."""
         channel = self._require_channel()
         if self.breach is not None and user == "agent":
             raise LimitExceeded("disk", self.breach)
@@ -539,7 +570,7 @@ class DockerSandbox:
             "cwd_fallback": cwd is None,
             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
             "timeout": timeout,
-            "limit": OUTPUT_LIMIT_BYTES,
+            "limit": limit,
             # Scoring runs with the protected group: nothing it started may outlive it.
             "reap_groups": groups,
             "agent_side": agent_side,
@@ -552,12 +583,12 @@ class DockerSandbox:
         if user == "scorer":
             await self._freeze_agent()
         try:
-            started = time.monotonic()
             request_id, reply = channel.send(request)
             try:
                 await channel.drain()
                 wait = None if timeout is None else timeout + _REPLY_MARGIN_S
-                result = await asyncio.wait_for(asyncio.shield(reply), wait)
+                result: dict[str, Any] = await asyncio.wait_for(asyncio.shield(reply), wait)
+                return result
             except TimeoutError:
                 await self._kill(request_id)
                 raise SandboxDied(f"sandbox of attempt {self.spec.attempt_id} stopped answering") from None
@@ -567,16 +598,6 @@ class DockerSandbox:
         finally:
             if user == "scorer":
                 await self._thaw_agent()
-        stdout, cut_out = decode_capture(result.get("stdout", {}))
-        stderr, cut_err = decode_capture(result.get("stderr", {}))
-        return ExecResult(
-            exit_code=result.get("exit_code"),
-            stdout=stdout,
-            stderr=stderr,
-            timed_out=bool(result.get("timed_out")),
-            duration_s=float(result.get("duration_s") or (time.monotonic() - started)),
-            truncated=cut_out or cut_err,
-        )
 
     async def _freeze_agent(self) -> None:
         """Freeze the agent's cgroup from the host and wait until the kernel says it is frozen; a
@@ -643,6 +664,16 @@ class DockerSandbox:
 
     async def copy_out(self, source: str, dest_dir: str, budget: SnapshotBudget | None = None) -> SnapshotReport:
         return await self._require_files().copy_out(source, dest_dir, budget)
+
+    # -- files as the agent (its tools: the kernel decides, rebench.sandbox.agent_files) --
+    async def agent_read_file(self, path: str) -> bytes:
+        return await self._require_files().agent_read(path)
+
+    async def agent_write_file(self, path: str, data: bytes) -> None:
+        await self._require_files().agent_write(path, data)
+
+    async def agent_copy_in(self, source_dir: str, dest: str) -> None:
+        await self._require_files().agent_copy_in(source_dir, dest)
 
 
 def create_sandbox(spec: SandboxSpec, env: Any) -> DockerSandbox:

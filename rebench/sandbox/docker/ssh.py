@@ -17,6 +17,7 @@ import binascii
 import contextlib
 import hashlib
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -239,10 +240,13 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 def read_sessions(gate_dir: Path) -> list[dict[str, Any]]:
     """The open/close lines of sessions.jsonl (a torn last line is skipped)."""
     path = Path(gate_dir) / "sessions.jsonl"
-    if not path.is_file():
-        return []
+    if path.is_symlink() or not path.is_file():
+        return []  # written from inside the container: no symlink out of the gate folder is followed
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        text = handle.read().decode("utf-8", errors="replace")
     found = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
             if isinstance(entry, dict):
