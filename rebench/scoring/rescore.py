@@ -201,9 +201,12 @@ def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
 async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
     """Replace the sandbox's solution folder by a snapshot's content; an error line, or None."""
     solution = sandbox.paths.solution
+    # The agent owns the folder above the solution, so `solution` may be a symbolic link it made
+    # (to /etc, say): root must not follow it. The name is removed, whatever it is, and made again
+    # as a plain folder of the agent's (the agent's processes are dead by now, so nothing races this).
     cleared = await sandbox.exec(
-        ["bash", "-c", 'chmod -R u+w -- "$1" 2>/dev/null; find "$1" -mindepth 1 -delete && [ -z "$(ls -A "$1")" ]',
-         "restore", solution],
+        ["bash", "-c", 'rm -rf -- "$1" && mkdir -m 0755 -- "$1" && { ! id -u agent >/dev/null 2>&1 '
+         '|| chown agent:agent -- "$1"; }', "restore", solution],
         user="root", timeout=RESTORE_TIMEOUT_S)
     if not cleared.ok:
         return f"could not empty the solution folder: {cleared.stderr.strip()[-300:] or cleared.exit_code}"
