@@ -62,7 +62,7 @@ def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path:
     """The scorer must read /protected/heldout.bin, but the agent's model.py runs in a
     confined child during the score call: it cannot open the file nor read the scorer's memory."""
     sys.path.insert(0, str(REPO / "environments" / "restricted_mlm" / "tests"))
-    from test_restricted_mlm_rules import PEEKING_MODEL
+    from test_restricted_mlm_rules import PEEK_REPORT, PEEKING_MODEL
 
     from rebench.environments.registry import EnvironmentRegistry
 
@@ -72,17 +72,12 @@ def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path:
     script = tmp_path / "peek.yaml"
     script.write_text(yaml.safe_dump({"actions": [
         {"write_file": {"path": "model.py", "content": model}},
-        # The model runs as its own user (`subject`): it may write only what the agent opens to it.
-        {"bash": "touch peek.txt && chmod 666 peek.txt"},
         {"score": {}}, {"submit": None}]}))
     db = tmp_path / "rebench.db"
     result = run_cli("run", "--env", "restricted_mlm", "--agent", "replay", "--agent-arg", f"script={script}",
                      "--profile", "tiny", "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(db) as connection:
-        (snapshot,), = connection.execute("select snapshot_path from attempts").fetchall()
-        scores = connection.execute("select raw, details from score_events where kind != 'baseline'").fetchall()
-    assert scores and scores[0][0] is not None, scores
-    assert '"model_confined": true' in scores[0][1], scores
-    report = (Path(snapshot) / "peek.txt").read_text().split("\n")
-    assert report[:3] == ["heldout PermissionError", "listing PermissionError", "parent-memory PermissionError"], report
+        scores = connection.execute("select raw, message from score_events where kind != 'baseline'").fetchall()
+    # the model reports what it tried in the error it raises (it can write nowhere the agent reads)
+    assert scores and scores[0][0] is None and PEEK_REPORT in scores[0][1], scores

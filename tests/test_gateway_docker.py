@@ -162,7 +162,7 @@ def test_a_docker_attempt_scores_through_the_gateway_and_hits_the_credit(tmp_pat
     built = run_cli("envs", "build", "gateway_echo", "--backend", "docker", env=environ)
     assert built.returncode == 0, built.stderr
     result = run_cli("run", "--env", "gateway_echo", "--agent", "replay", "--agent-arg", f"script={script}",
-                     "--budget", "2m", "--backend", "docker", "--db", str(db), "--env-param", "credit=0.02",
+                     "--budget", "2m", "--backend", "docker", "--db", str(db), "--env-param", "credit=0.08",
                      env=environ)
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(db) as connection:

@@ -268,6 +268,28 @@ def test_a_score_call_freezes_ssh_sessions_and_they_continue_after(harness: Harn
         ticker.wait()
 
 
+def test_a_sigcont_timer_in_an_ssh_session_does_not_run_through_a_score_call(harness: Harness) -> None:
+    """Issue 24, route 5, for humans: a process of the expert's with a SIGCONT handler and a POSIX
+    timer waking it every 50 ms stays frozen for the whole score call (the cgroup freezer)."""
+    from tests.adversarial.test_freeze_escape import WAKER, beats_between
+
+    harness.call(harness.sandbox.write_file("/home/agent/waker.py", WAKER.encode()))
+    waker = subprocess.Popen([*harness.ssh_argv(), "python3 /home/agent/waker.py /home/agent/beats"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: harness.call(harness.sandbox.exec("wc -l < beats", cwd="/home/agent")).stdout.strip()
+                 not in ("", "0"), "the waker to start")
+        scored = harness.call(harness.sandbox.exec("date +%s.%N; sleep 2; date +%s.%N", user="scorer"))
+        start, end = (float(x) for x in scored.stdout.split())
+        time.sleep(0.5)
+        log = harness.call(harness.sandbox.exec("cat beats", cwd="/home/agent")).stdout
+        assert beats_between(log, start + 0.05, end - 0.05) == 0, "the expert's process ran during the score call"
+        assert max(float(x) for x in log.split()) > end  # and it runs on after
+    finally:
+        waker.kill()
+        waker.wait()
+
+
 def test_the_container_outlives_its_harness_and_a_new_one_reattaches(harness: Harness) -> None:
     session = subprocess.Popen([*harness.ssh_argv(), "echo connected; sleep 600"], stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -440,24 +462,3 @@ def test_a_keep_alive_server_that_fails_at_start_is_reported_at_once(monkeypatch
         shutil.rmtree(gate, ignore_errors=True)
 
 
-
-def test_a_sigcont_timer_in_an_ssh_session_does_not_run_through_a_score_call(harness: Harness) -> None:
-    """Issue 24, route 5, for humans: a process of the expert's with a SIGCONT handler and a POSIX
-    timer waking it every 50 ms stays frozen for the whole score call (the cgroup freezer)."""
-    from tests.adversarial.test_freeze_escape import WAKER, beats_between
-
-    harness.call(harness.sandbox.write_file("/home/agent/waker.py", WAKER.encode()))
-    waker = subprocess.Popen([*harness.ssh_argv(), "python3 /home/agent/waker.py /home/agent/beats"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: harness.call(harness.sandbox.exec("wc -l < beats", cwd="/home/agent")).stdout.strip()
-                 not in ("", "0"), "the waker to start")
-        scored = harness.call(harness.sandbox.exec("date +%s.%N; sleep 2; date +%s.%N", user="scorer"))
-        start, end = (float(x) for x in scored.stdout.split())
-        time.sleep(0.5)
-        log = harness.call(harness.sandbox.exec("cat beats", cwd="/home/agent")).stdout
-        assert beats_between(log, start + 0.05, end - 0.05) == 0, "the expert's process ran during the score call"
-        assert max(float(x) for x in log.split()) > end  # and it runs on after
-    finally:
-        waker.kill()
-        waker.wait()

@@ -120,7 +120,7 @@ def test_paper_build_without_the_problem_files_says_what_and_where(tmp_path: Pat
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "'code_contests'" in lines[0] and "taoroalin/code_contests_slim_json" in lines[0]
     assert "--asset code_contests=PATH" in lines[0]
-    assert not list(isolated_cache.glob("assets/rust_codecontests_inference*"))
+    assert not list(isolated_cache.glob("assets/rust_codecontests_inference/paper-*"))  # other profiles may be built
 
 
 def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_the_sandbox_path(
@@ -139,9 +139,11 @@ def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_t
     preflight.check(env, "tiny", "run", backend="local")
 
 
-def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> dict[str, Any]:
+def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str,
+            call_token: str | None = "call-token") -> dict[str, Any]:
     """score.py's result for a solution folder holding `module`, on two hidden problems (the
-    gateway.env names a port nothing listens on: these modules never call the model)."""
+    gateway.env names a port nothing listens on: these modules never call the model). The
+    harness hands each score call its own token (`call_token`); None: it did not."""
     protected, home, solution = (tmp_path / name for name in ("protected", "home", "solution"))
     for folder in (protected, home, solution):
         folder.mkdir()
@@ -153,8 +155,20 @@ def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> dic
     (solution / "solve_code_contests_rust.py").write_text(module)
     params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
     ctx = {**params, "home": str(home), "solution": str(solution), "protected": str(protected),
-           "confine_command": score_helper.confine_command(str(protected))}
+           "confine_command": score_helper.confine_command(str(protected)),
+           **({"call_token": call_token} if call_token is not None else {})}
     return load("rust_score_under_test", ENV_DIR / "scoring" / "score.py").score(ctx)
+
+
+def test_the_module_gets_the_calls_token_never_the_scorers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, route 2: the client handed to generate_solution holds the score call's own token;
+    without one the scorer refuses to run the module rather than hand it its own."""
+    module = "async def generate_solution(client, semaphore, problem):\n    raise ValueError(client.api_key)\n"
+    result = _scored(tmp_path, monkeypatch, module)
+    assert set(result["details"]["generation_errors"]) == {"ValueError: call-token"}, result  # one per problem
+    (tmp_path / "again").mkdir()
+    refused = _scored(tmp_path / "again", monkeypatch, module, call_token=None)
+    assert refused["raw"] is None and "no gateway token for this score call" in refused["message"]["error"]
 
 
 def test_a_module_without_generate_solution_is_an_invalid_score(

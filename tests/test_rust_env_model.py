@@ -68,7 +68,7 @@ def test_starting_and_reference_solutions_score_through_the_gateway_the_same_twi
     assert references[0]["raw"] == references[1]["raw"]
     assert references[0]["raw"] > starts[0]["raw"]
     meters = {row["meter"] for row in gateway_rows(db)}
-    assert meters == {"scorer"}  # the reference agent itself never calls the model
+    assert meters == {"subject"}  # the reference agent itself never calls the model; its module, scored, does
 
 
 def test_modular_agent_writes_a_solution_evaluates_and_scores(
@@ -98,4 +98,4 @@ def test_modular_agent_writes_a_solution_evaluates_and_scores(
     assert scored and scored[0]["raw"] is not None
     assert json.loads(scored[0]["message"])["n_problems"] == 10
     meters = {row["meter"] for row in gateway_rows(db) if row["status"] == 200}
-    assert meters == {"agent", "scorer"}
+    assert meters == {"agent", "subject"}  # the solution scored calls the model on the call's own token

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,7 +132,8 @@ def test_profile_scoring_env_reaches_the_scoring_process(tmp_path: Path) -> None
 def test_kernel_solution_runs_confined_away_from_the_protected_folder(tmp_path: Path) -> None:
     """Through the helper, the solution's process cannot open files under the protected
     folder, while the scorer that started it can, and it can write only in its own scratch
-    folder (its TMPDIR): not in the solution, beside it, nor in /dev/shm."""
+    folder (its TMPDIR): not in the solution nor beside it. /dev/shm it may use (semaphores and
+    shared memory live there), and what it leaves there is gone when the child is closed."""
     from rebench.scoring.score_helper import confinement_unavailable
 
     assert confinement_unavailable() is None, "this kernel has no Landlock: the isolation tests cannot hold here"
@@ -145,11 +147,14 @@ def test_kernel_solution_runs_confined_away_from_the_protected_folder(tmp_path: 
         f"try:\n    open({path!r}, {mode!r}).close()\n    raise RuntimeError('opened ' + {path!r})\n"
         "except PermissionError:\n    pass\n"
         for path, mode in ((str(protected / "secret.txt"), "r"), (str(solution / "peek.txt"), "w"),
-                           (str(tmp_path / "left.txt"), "w"), ("/dev/shm/rebench-peek", "w")))
+                           (str(tmp_path / "left.txt"), "w")))
     peek += "import os, tempfile\nopen(os.path.join(tempfile.gettempdir(), 'own.txt'), 'w').write('scratch')\n"
+    shared = f"/dev/shm/rebench-peek-{os.getpid()}"
+    peek += f"open({shared!r}, 'w').write('left in shared memory')\n"
     (solution / "solution.py").write_text(reference + "\n" + peek)
     result = run_helper(tmp_path, KERNEL / "scoring" / "score.py",
                         {**KERNEL_PARAMS, "solution": str(solution), "protected": str(protected)}, timeout=60)
     assert result["raw"] is not None, result
     assert result["details"]["solution_confined"] is True
     assert not (solution / "peek.txt").exists() and not (tmp_path / "left.txt").exists()
+    assert not os.path.exists(shared), "the child's shared-memory file outlived it"

@@ -73,6 +73,27 @@ def confine_prefix(ctx: dict[str, Any], scratch: str) -> list[str]:
     return prefix
 
 
+def shared_memory_entries() -> set[str]:
+    """The names in /dev/shm now (empty where there is none)."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def remove_new_shared_memory(before: set[str]) -> None:
+    """Remove what this process can of the /dev/shm entries made since `before` was taken (a
+    confined child may use shared memory; what it leaves must not outlive the call: the Docker
+    exec server removes the rest, owned by another user, when the call ends)."""
+    for name in shared_memory_entries() - before:
+        path = os.path.join("/dev/shm", name)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+
+
 def remove_scratch(folder: str) -> None:
     """Remove what this process can of a scratch folder (the rest is the exec server's)."""
     for root, dirs, _ in os.walk(folder):
@@ -99,6 +120,7 @@ class ConfinedChild:
                  pass_fds: Sequence[int] = (), name: str = "the solution's process",
                  scratch: str | None = None) -> None:
         self.name = name
+        self._shared_before = shared_memory_entries()
         self._own_scratch: str | None = None
         if scratch is None:
             self._own_scratch, scratch = scratch_folder()
@@ -217,6 +239,7 @@ class ConfinedChild:
         self._drain.join(timeout=2)
         if self._own_scratch:
             remove_scratch(self._own_scratch)
+        remove_new_shared_memory(self._shared_before)
 
 
 class Channel:

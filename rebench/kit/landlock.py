@@ -8,11 +8,16 @@ and execute everything but the denied folders, and write, create, remove, rename
 only beneath its scratch folder: the one given with `--scratch` (the scorer's ConfinedChild makes
 a fresh one per child), else a fresh one it makes itself after the switch. HOME, TMPDIR, TMP and
 TEMP point there. Besides the scratch it may open the character devices in /dev for writing
-(/dev/null, a GPU's device files; never /dev/shm or /dev/mqueue) and write to /proc files (a
-user namespace's id maps), neither of which keeps anything for the agent. So the code cannot
-leave a copy of what it was shown in /tmp, /dev/shm, its own home or any file or folder the
-agent owns, whatever their modes; whoever removes the scratch after the call (the scorer, the
-Docker exec server as root) removes all it could write.
+(/dev/null, a GPU's device files; never /dev/mqueue) and write to /proc files (a user
+namespace's id maps), neither of which keeps anything for the agent, and it may use /dev/shm:
+POSIX semaphores and shared memory (multiprocessing's locks, data loader workers) live there
+and have no other place. So the code cannot leave a copy of what it was shown in /tmp, its own
+home or any file or folder the agent owns, whatever their modes; whoever removes the scratch
+after the call (the scorer, the Docker exec server as root) removes all it could write there.
+/dev/shm is made safe around the call instead: the Docker exec server closes the agent's own
+entries there to other users while the agent is frozen (so no 0666 file of the agent's can be
+written), and removes every entry of the scoring users when the call ends; ConfinedChild removes
+the new entries it can when the child is closed.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _READ_ONLY = _EXECUTE | _READ_FILE | _READ_DIR
 _FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
 _FILE_ONLY_EXTRA = {3: 1 << 14, 5: (1 << 14) | (1 << 15)}  # truncate, ioctl on devices
-_NO_WRITE_IN_DEV = ("shm", "mqueue")  # shared folders where a file would outlive the call
+_NO_WRITE_IN_DEV = ("shm", "mqueue")  # shared folders where a file would outlive the call (shm: its own rule)
+SHARED_MEMORY = "/dev/shm"
 _SCRATCH_ENV = ("HOME", "TMPDIR", "TMP", "TEMP")
 
 
@@ -105,6 +111,8 @@ def _rules(denied: list[str], scratch: str, rights: int, file_rights: int) -> li
                     continue
                 if name not in _NO_WRITE_IN_DEV and (stat.S_ISDIR(mode) or stat.S_ISCHR(mode)):
                     rules.append((os.path.join(path, name), _READ_ONLY | _WRITE_FILE, file_rights))
+            if os.path.isdir(SHARED_MEMORY) and not os.path.islink(SHARED_MEMORY):
+                rules.append((SHARED_MEMORY, rights, file_rights))
             rules.append((path, _READ_ONLY, _EXECUTE | _READ_FILE))
         elif path == "/proc":
             rules.append((path, _READ_ONLY | _WRITE_FILE, _EXECUTE | _READ_FILE | _WRITE_FILE))

@@ -24,6 +24,8 @@ call started may outlive it). `frozen_users`: the harness has frozen these users
 with the cgroup freezer from the host (the agent's cgroup, rebench/sandbox/docker/cgroups.py)
 for the length of this command; while it runs, commands as these users are refused, and
 `share_read` folders are made readable to others where these users own them (see share_read).
+`close_to_others` folders (/dev/shm) lose group and others' write permission where
+these users own them (see close_to_others).
 `sweep`: [{"user", "dirs"}, ...]: once the
 reaped processes are dead, everything the user owns beneath those folders is removed (see
 sweep_owned), before the harness thaws the agent. `caps`: capabilities the command keeps as ambient ones
@@ -238,6 +240,24 @@ def share_read(roots: list[str], uid: int) -> None:
                 seen += 1
             if seen > SHARE_LIMIT:
                 return
+
+
+def close_to_others(roots: list[str], uid: int) -> None:
+    """Take group and others' write permission from what `uid` owns beneath `roots` (not
+    following links). Used on /dev/shm at a score call: the submitted code may use shared memory
+    there, so the agent must not leave a world-writable file or folder in it for that code to
+    fill. Harmless to the agent, whose own processes keep their access as the owner; the owner
+    is frozen meanwhile, so nothing can be swapped under this walk."""
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            for path in (folder, *(os.path.join(folder, name) for name in dirs + files)):
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if info.st_uid == uid and not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                    with contextlib.suppress(OSError):
+                        os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
 
 
 def kill_matching(match: Callable[[str], bool]) -> int:
@@ -835,6 +855,7 @@ class Server:
         try:
             for owner in frozen:
                 share_read([str(p) for p in request.get("share_read") or []], owner)
+                close_to_others([str(p) for p in request.get("close_to_others") or []], owner)
             proc: subprocess.Popen | RemoteProc
             if agent_side:
                 assert self.spawner is not None

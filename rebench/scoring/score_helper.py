@@ -98,10 +98,22 @@ def _make_undumpable() -> None:
 
 
 def _record_opens(into: set[str]) -> None:
-    """Add the absolute path of everything this process opens from now on to `into`."""
+    """Add the absolute path of everything this process opens for reading from now on to `into`
+    (opens that write or create are the scorer's own files). A relative path is taken against the
+    working folder only where it names something there: one opened beside a folder descriptor
+    (shutil.rmtree walks that way) cannot be placed and is left out."""
     def hook(event: str, args: tuple) -> None:
-        if event == "open" and args and isinstance(args[0], (str, bytes)):
-            into.add(os.path.abspath(os.fsdecode(args[0])))  # relative to the working folder (or a dir_fd)
+        if event != "open" or not args or not isinstance(args[0], (str, bytes)):
+            return
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else os.O_RDONLY
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_CREAT:
+            return
+        path = os.fsdecode(args[0])
+        if not os.path.isabs(path):
+            if not os.path.lexists(path):
+                return
+            path = os.path.abspath(path)
+        into.add(path)
 
     sys.addaudithook(hook)
 

@@ -4,7 +4,7 @@ GPT-2 QA's scorer decoded answers with `~/vocab.json`: root-owned and read-only,
 the agent owns, so the agent replaced it and changed its score. This test finds the same class of
 hole in every environment: it scores the starting solution of each environment's built image
 (tiny; `ci` where one exists) with the scoring helper's audit of every file the scoring program
-opens (a Python audit hook), then asks, as the agent's uid in the same container, whether the
+opens for reading (a Python audit hook), then asks, as the agent's uid in the same container, whether the
 agent could write any of those files or rename anything in a folder on their path. Files the
 scorer makes for itself (its results, its scratch folders) are left out; everything else must be
 closed to the agent.
@@ -61,10 +61,12 @@ print(json.dumps(found))
 """
 
 
-def _scorer_own(path: str) -> bool:
-    """Files the scoring call writes for itself, or that are not files at all."""
-    return (path.startswith(("/proc/", "/sys/", "/dev/", "/protected/results/"))
-            or "/rebench-scratch-" in path or path.endswith((".pyc", "__pycache__")))
+def _not_in_question(path: str) -> bool:
+    """Files the scoring call writes for itself, kernel files, and the submission itself (the
+    solution folder is the agent's answer, read as untrusted input by design)."""
+    return (path.startswith(("/proc/", "/sys/", "/dev/", "/protected/results/", "/home/agent/solution/"))
+            or path == "/home/agent/solution" or "/rebench-scratch-" in path
+            or path.endswith((".pyc", "__pycache__")))
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
@@ -107,7 +109,7 @@ def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
                 stdin=f"nonce\n{token}\n".encode())
             assert scored.exit_code == 0, (scored.stdout[-2000:], scored.stderr[-2000:])
             opened = (await sandbox.exec(["cat", AUDIT], user="root")).stdout.split("\n")
-            opened = sorted({p for p in opened if p and not _scorer_own(p)})
+            opened = sorted({p for p in opened if p and not _not_in_question(p)})
             probe = await sandbox.exec(["python3", "-c", PROBE], stdin=json.dumps(opened).encode(), cwd="/")
             assert probe.exit_code == 0, probe.stderr
             return opened, json.loads(probe.stdout)

@@ -161,7 +161,7 @@ PEEKING_MODEL = '''
 import os
 import torch
 
-REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peek.txt")
+REPORT = []
 
 
 def attempt(label, action):
@@ -170,8 +170,7 @@ def attempt(label, action):
         outcome = "READ"
     except OSError as exc:
         outcome = type(exc).__name__
-    with open(REPORT, "a") as handle:
-        handle.write(f"{{label}} {{outcome}}\\n")
+    REPORT.append(f"{{label}} {{outcome}}")
 
 
 def read_parent_memory():
@@ -195,8 +194,11 @@ def get_trained_model():
     attempt("heldout", lambda: open({heldout!r}, "rb").read(16))
     attempt("listing", lambda: os.listdir({protected!r}))
     attempt("parent-memory", read_parent_memory)
-    return Net()
+    # The child may write only in its own scratch folder, removed after the call: the report
+    # leaves through the error the scorer records.
+    raise RuntimeError("peek: " + "; ".join(REPORT))
 '''
+PEEK_REPORT = "peek: heldout PermissionError; listing PermissionError; parent-memory PermissionError"
 
 
 @pytest.mark.slow
@@ -211,10 +213,7 @@ def test_the_model_cannot_read_the_held_out_data_while_it_is_scored(installed) -
     (mlm.solution / "model.py").write_text(
         PEEKING_MODEL.format(vocab=vocab, heldout=str(heldout), protected=str(mlm.protected)))
     result = mlm.score()
-    assert result["raw"] is not None, result  # an allowed model: scored validly
-    assert result["details"]["model_confined"] is True
-    report = (mlm.solution / "peek.txt").read_text().split("\n")
-    assert report[:3] == ["heldout PermissionError", "listing PermissionError", "parent-memory PermissionError"], report
+    assert result["raw"] is None and PEEK_REPORT in result["message"]["error"], result
 
 
 @pytest.mark.slow

@@ -577,6 +577,8 @@ class DockerSandbox:
             **(_SCORER_REQUEST if user == "scorer" else {}),
             # The scorer and the submitted code are other users now: they must be able to read it.
             **({"share_read": [self.paths.solution]} if user == "scorer" else {}),
+            # The submitted code may use /dev/shm: no world-writable entry of the agent's may wait there for it.
+            **({"close_to_others": ["/dev/shm"]} if user == "scorer" else {}),
             # Whatever the score call's users wrote where the agent could reach it goes before it resumes.
             **({"sweep": self._scoring_sweep()} if user == "scorer" else {}),
         }
