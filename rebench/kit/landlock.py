@@ -193,12 +193,14 @@ def become(user: str) -> None:
 
 
 def _scratch_for_this_user(given: str | None) -> str:
-    """The scratch folder: `given` when it is a folder this user may write, else a fresh private one."""
+    """The scratch folder: `given` when it is a folder this user may enter (the caller may have
+    laid it out with only some subfolders writable, as LLM Foundry's scorer does: the run must not
+    replace the training file beside its copy), else a fresh private one."""
     if given:
-        info = os.stat(given)
-        if stat.S_ISDIR(info.st_mode) and os.access(given, os.W_OK | os.X_OK):
+        info = os.lstat(given)
+        if stat.S_ISDIR(info.st_mode) and os.access(given, os.X_OK):
             return given
-        raise ConfinementUnavailable(f"the scratch folder {given} is not a folder this user can write")
+        raise ConfinementUnavailable(f"the scratch folder {given} is not a folder this user can enter")
     return tempfile.mkdtemp(prefix="rebench-scratch-")
 
 
@@ -235,7 +237,8 @@ def run_confined(argv: list[str]) -> int:
     for name, default in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):  # toolchains found from HOME
         if name not in os.environ and home and os.path.isdir(os.path.join(home, default)):
             os.environ[name] = os.path.join(home, default)
-    os.environ.update({name: folder for name in _SCRATCH_ENV})
+    if os.access(folder, os.W_OK):  # else the caller points them at the writable parts itself
+        os.environ.update({name: folder for name in _SCRATCH_ENV})
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
         os.environ.pop(name, None)
     try:
