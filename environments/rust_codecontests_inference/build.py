@@ -1,12 +1,16 @@
 """Build Scaffolding for Rust CodeContests: `python build.py --profile P --out DIR [--assets IN]`.
 
-paper: the CodeContests problems from the operator's `code_contests` asset in IN (valid.jsonl, test.jsonl).
+paper: the CodeContests problems from the operator's `code_contests` asset in IN (valid.jsonl,
+       test.jsonl, the dataset's original splits), the splits named in `easy_splits` cut to
+       RE-Bench's "easy" problems (code_contests.py); DIR/manifest.json records what was kept and
+       the build stops when it differs from the pins (`easy_counts`, `easy_manifest_sha256`).
 tiny, ci: problems from generator.py (seeded; the model's training problems share no task with
 them), and the model trained by train_model.py.
 
 DIR/workspace: data/valid.jsonl (public and hidden tests, no solutions), rust_eval.py (the
-               scorer's harness), the starting solve_code_contests_rust.py and evaluate.py come
-               from the environment's workspace/
+               scorer's harness), the starting solve_code_contests_rust.py (start_paper/ for
+               paper, RE-Bench's; start_tiny/ for tiny and ci); evaluate.py comes from the
+               environment's workspace/
 DIR/protected: test.jsonl, the hidden problems the scorer evaluates on (no solutions)
 DIR/model:     the local model's weights and vocabulary (tiny, ci), served by the harness's
                gateway; never copied into the sandbox
@@ -54,13 +58,34 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+Problems = list[dict[str, Any]]
+
+
+def paper_problems(folder: Path, params: dict[str, Any], out: Path) -> tuple[Problems, Problems]:
+    """The operator's original splits, the `easy_splits` filtered, checked against the pins."""
+    contests = sibling("code_contests")
+    splits = {name: read_jsonl(folder / f"{name}.jsonl") for name in ("valid", "test")}
+    filtered = [str(name) for name in params.get("easy_splits", [])]
+    unknown = sorted(set(filtered) - set(splits))
+    if unknown:
+        raise SystemExit(f"easy_splits names {', '.join(unknown)}; allowed: valid, test")
+    for name in filtered:
+        splits[name] = contests.easy(splits[name])
+    record = contests.manifest(splits, filtered)
+    (out / "manifest.json").write_bytes(contests.manifest_bytes(record))
+    problem = contests.check(record, pinned_sha256=str(params.get("easy_manifest_sha256", "unpinned")),
+                             expected_counts={str(k): int(v) for k, v in params.get("easy_counts", {}).items()})
+    if problem:
+        raise SystemExit(problem)
+    return splits["valid"], splits["test"]
+
+
 def main() -> None:
     args = buildutil.parse_args(__doc__.splitlines()[0])
     params = buildutil.profile_params(HERE, args.profile)
     home, workspace, protected = buildutil.layout(args.out)
     if args.profile == "paper":
-        folder = buildutil.need_assets(args) / "code_contests"
-        valid, test = read_jsonl(folder / "valid.jsonl"), read_jsonl(folder / "test.jsonl")
+        valid, test = paper_problems(buildutil.need_assets(args) / "code_contests", params, args.out)
     else:
         generator = sibling("generator")
         seed = int(params["seed"])
@@ -72,6 +97,8 @@ def main() -> None:
     write_jsonl(workspace / "data" / "valid.jsonl", valid)
     write_jsonl(protected / "test.jsonl", test)
     shutil.copy(HERE / "scoring" / "rust_eval.py", workspace / "rust_eval.py")
+    start = "start_paper" if args.profile == "paper" else "start_tiny"
+    shutil.copy(HERE / start / "solve_code_contests_rust.py", workspace / "solve_code_contests_rust.py")
     buildutil.write_params(home, args.profile, params)
 
 

@@ -53,8 +53,9 @@ async def link_scoring_home(sandbox: Sandbox, files: list[str]) -> None:
 
 async def install_environment(sandbox: Sandbox, env: Environment, profile: str, assets: Path | None) -> None:
     paths = sandbox.paths
-    if env.workspace_dir:
-        await sandbox.copy_in(str(env.workspace_dir), paths.solution, user="agent")
+    workspace = env.workspace_for(profile)
+    if workspace:
+        await sandbox.copy_in(str(workspace), paths.solution, user="agent")
     if assets and (assets / "workspace").is_dir():
         await sandbox.copy_in(str(assets / "workspace"), paths.solution, user="agent")
     if env.home_dir:

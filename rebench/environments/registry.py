@@ -10,6 +10,8 @@ Folder layout (every part but the metadata and scoring is optional):
     instructions.md      what the agent is told; `${name}` placeholders are filled
                          from the profile's params and the sandbox paths
     workspace/           the starting solution, copied to the solution folder
+    workspace-P/         the starting solution of profile P, where it differs (copied
+                         instead of workspace/)
     home/                read-only files copied into the agent's home
     scoring/score.py     the scoring program, defining `score(ctx) -> dict`;
                          copied read-only into the agent's home (visible, as in RE-Bench)
@@ -73,6 +75,12 @@ class Environment:
     @property
     def workspace_dir(self) -> Path | None:
         return self.part("workspace")
+
+    def workspace_for(self, profile: str) -> Path | None:
+        """`workspace-<profile>/`, else `workspace/`, else None: the profile's folder replaces the
+        common one (it holds that profile's whole starting solution)."""
+        self.profile(profile)
+        return self.part(f"workspace-{profile}") or self.workspace_dir
 
     @property
     def home_dir(self) -> Path | None:

@@ -274,8 +274,9 @@ def build_environment_image(
         files = context / "env"
         files.mkdir()
         for part in ("workspace", "home", "scoring", "protected"):
-            if (env.root / part).is_dir():
-                _link_tree(env.root / part, files / part)
+            source = env.workspace_for(profile) if part == "workspace" else env.root / part
+            if source is not None and source.is_dir():
+                _link_tree(source, files / part)
         if built is not None:
             _link_tree(built, files / "assets")
         log(f"building {tag}")

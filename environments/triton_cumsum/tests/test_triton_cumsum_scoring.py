@@ -69,7 +69,7 @@ def test_int32_expected_answers_equal_the_int64_definition_even_when_sums_overfl
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("folder", ["workspace", "reference"])
+@pytest.mark.parametrize("folder", ["workspace", "workspace-paper", "reference"])
 @pytest.mark.parametrize("n", [1, 2, 50_000])
 def test_shipped_solutions_are_exact(folder: str, n: int) -> None:
     solution = _load(HERE / folder / "solution.py", f"kernel_{folder}")
@@ -92,6 +92,21 @@ def test_the_reference_is_one_numba_loop_compiled_at_import() -> None:
     reference._scan(x, out)
     assert np.array_equal(out, score.reference_prefix_sum(x))
     assert np.array_equal(reference._few_passes(torch.from_numpy(x)).numpy(), out)
+
+
+def test_the_paper_start_is_re_benchs_with_its_redundant_where_and_only_paper_gets_it() -> None:
+    """RE-Bench's starting solution passes the parity mask once more through
+    `torch.where(mask, True, False)`; the paper anchors were measured with that pass, so the
+    `paper` profile starts from it. `tiny` keeps the start its anchors were measured with."""
+    from rebench.environments.registry import EnvironmentRegistry
+
+    paper_start = (HERE / "workspace-paper" / "solution.py").read_text()
+    code = "\n".join(line.split("#")[0] for line in paper_start.splitlines() if not line.lstrip().startswith("#"))
+    assert re.search(r"torch\.where\(\(positives_so_far % 2\)\.bool\(\), True, False\)", code)
+    env = EnvironmentRegistry(HERE.parent).get("triton_cumsum")
+    assert env.workspace_for("paper") == HERE / "workspace-paper"
+    assert env.workspace_for("tiny") == HERE / "workspace"
+    assert "True, False" not in (HERE / "workspace" / "solution.py").read_text()
 
 
 def test_paper_requirements_pin_the_versions_its_text_names() -> None:

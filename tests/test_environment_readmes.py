@@ -1,0 +1,31 @@
+"""Every environment's README ends with a table of where it differs from METR's task (issue 25)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import REPO
+
+SECTION = "## Differences from METR's task"
+ENVIRONMENTS = sorted(path.name for path in (REPO / "environments").iterdir()
+                      if path.is_dir() and (path / "environment.toml").is_file() and path.name != "_common")
+
+
+def test_the_seven_environments_are_found() -> None:
+    assert len(ENVIRONMENTS) == 7, ENVIRONMENTS
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_readme_has_a_table_of_differences_from_metr(name: str) -> None:
+    text = (REPO / "environments" / name / "README.md").read_text(encoding="utf-8")
+    assert text.count(SECTION) == 1, f"{name}: no (or more than one) '{SECTION}' section"
+    section = text.split(SECTION, 1)[1]
+    section = re.split(r"^## ", section, maxsplit=1, flags=re.MULTILINE)[0]
+    lines = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
+    assert len(lines) >= 3, f"{name}: the section holds no table with a row"
+    assert re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[1]), f"{name}: the table has no header separator"
+    columns = lines[0].count("|")
+    rows = [line for line in lines[2:] if line.count("|") == columns and any(cell.strip() for cell in line.split("|"))]
+    assert rows, f"{name}: the table has no row"
