@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -27,6 +28,7 @@ from rebench.store.db import Store
 from rebench.store.models import Calibration
 
 if TYPE_CHECKING:
+    from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import Sandbox
 
 
@@ -97,17 +99,41 @@ async def measure_anchors(
 ) -> tuple[list[float | None], list[float | None]]:
     """Score the starting solution, then the reference solution, `repeats` times each,
     in one fresh sandbox (the same path an attempt's scores take)."""
+    from rebench.scoring.run import run_scoring
+
+    timeout_s = env.profile(profile).score_timeout_s
+    async with scoring_sandbox(env, profile, backend) as (sandbox, gateway):
+        start = []
+        for index in range(repeats):
+            result = await run_scoring(sandbox, timeout_s, gateway)
+            log(f"starting solution, run {index + 1}/{repeats}: {result.raw}")
+            start.append(result.raw)
+        await load_reference(sandbox, env, log)
+        reference = []
+        for index in range(repeats):
+            result = await run_scoring(sandbox, timeout_s, gateway)
+            log(f"reference solution, run {index + 1}/{repeats}: {result.raw}")
+            reference.append(result.raw)
+        return start, reference
+
+
+@asynccontextmanager
+async def scoring_sandbox(env: Environment, profile: str, backend: str
+                          ) -> AsyncIterator[tuple[Sandbox, AttemptGateway | None]]:
+    """A fresh sandbox with the environment installed and, where the profile has one, an
+    unmetered gateway (the scorer may call the environment's model): scoring outside an attempt
+    (calibration, noise, tests) takes the same path an attempt's scores take. Both are stopped
+    on the way out. Pass the gateway to run_scoring for its per-call tokens."""
     from rebench.environments.build import assets_dir
     from rebench.environments.install import install_environment
     from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import SandboxSpec
     from rebench.sandbox.factory import create_sandbox
-    from rebench.scoring.run import run_scoring
 
     spec_profile = env.profile(profile)
     spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,
                        cpus=spec_profile.resources.cpus, memory_gb=spec_profile.resources.memory_gb)
-    gateway = AttemptGateway.unmetered(env, profile, backend)  # the scorer may call the environment's model
+    gateway = AttemptGateway.unmetered(env, profile, backend)
     if gateway is not None:
         spec = gateway.sandbox_spec(spec)
     sandbox = create_sandbox(backend, spec, env)
@@ -117,18 +143,7 @@ async def measure_anchors(
         if gateway is not None:
             await gateway.start()
             await gateway.install(sandbox)
-        start = []
-        for index in range(repeats):
-            result = await run_scoring(sandbox, spec_profile.score_timeout_s, gateway)
-            log(f"starting solution, run {index + 1}/{repeats}: {result.raw}")
-            start.append(result.raw)
-        await load_reference(sandbox, env, log)
-        reference = []
-        for index in range(repeats):
-            result = await run_scoring(sandbox, spec_profile.score_timeout_s, gateway)
-            log(f"reference solution, run {index + 1}/{repeats}: {result.raw}")
-            reference.append(result.raw)
-        return start, reference
+        yield sandbox, gateway
     finally:
         await sandbox.stop()
         if gateway is not None:

@@ -146,44 +146,25 @@ async def sample_noise(env: Environment, profile: str, *, backend: str, n: int, 
                        log: Callable[[str], None]) -> NoiseSamples:
     """Score the starting solution n x `repeats` times, then the reference n times, in one fresh
     sandbox (the path an attempt's scores take)."""
-    from rebench.calibration import load_reference
-    from rebench.environments.build import assets_dir
-    from rebench.environments.install import install_environment
-    from rebench.gateway.attempt import AttemptGateway
-    from rebench.sandbox.base import Sandbox, SandboxSpec
-    from rebench.sandbox.factory import create_sandbox
+    from rebench.calibration import load_reference, scoring_sandbox
+    from rebench.sandbox.base import Sandbox
     from rebench.scoring.run import run_scoring
 
-    spec_profile = env.profile(profile)
-    spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,
-                       cpus=spec_profile.resources.cpus, memory_gb=spec_profile.resources.memory_gb)
+    timeout_s = env.profile(profile).score_timeout_s
     seconds: list[float] = []
+    async with scoring_sandbox(env, profile, backend) as (sandbox, gateway):
 
-    async def score(box: Sandbox, label: str) -> float | None:
-        began = time.monotonic()
-        result = await run_scoring(box, spec_profile.score_timeout_s, gateway)
-        seconds.append(time.monotonic() - began)
-        log(f"{label}: {result.raw} ({seconds[-1]:.1f} s)")
-        return result.raw
+        async def score(box: Sandbox, label: str) -> float | None:
+            began = time.monotonic()
+            result = await run_scoring(box, timeout_s, gateway)
+            seconds.append(time.monotonic() - began)
+            log(f"{label}: {result.raw} ({seconds[-1]:.1f} s)")
+            return result.raw
 
-    gateway = AttemptGateway.unmetered(env, profile, backend)  # the scorer may call the environment's model
-    if gateway is not None:
-        spec = gateway.sandbox_spec(spec)
-    sandbox = create_sandbox(backend, spec, env)
-    await sandbox.start()
-    try:
-        await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
-        if gateway is not None:
-            await gateway.start()
-            await gateway.install(sandbox)
         start = [[await score(sandbox, f"starting solution, sample {i + 1}/{n}, call {j + 1}/{repeats}")
                   for j in range(repeats)] for i in range(n)]
         await load_reference(sandbox, env, log)
         reference = [await score(sandbox, f"reference solution, sample {i + 1}/{n}") for i in range(n)]
-    finally:
-        await sandbox.stop()
-        if gateway is not None:
-            await gateway.close()
     return NoiseSamples(start=start, reference=reference, seconds=seconds)
 
 

@@ -71,12 +71,9 @@ def _not_in_question(path: str) -> bool:
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
-    from rebench.environments.build import assets_dir
-    from rebench.environments.install import PARAMS_FILE, SCORING_DIR, install_environment
+    from rebench.calibration import scoring_sandbox
+    from rebench.environments.install import PARAMS_FILE, SCORING_DIR
     from rebench.environments.registry import EnvironmentRegistry
-    from rebench.gateway.attempt import AttemptGateway
-    from rebench.sandbox.base import SandboxSpec
-    from rebench.sandbox.factory import create_sandbox
 
     base_image(docker_engine())
     profile = PROFILE.get(name, "tiny")
@@ -86,18 +83,7 @@ def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
     spec_profile = env.profile(profile)
 
     async def go() -> tuple[list[str], list[Any]]:
-        spec = SandboxSpec(attempt_id=0, environment=name, profile=profile, cpus=spec_profile.resources.cpus,
-                           memory_gb=spec_profile.resources.memory_gb)
-        gateway = AttemptGateway.unmetered(env, profile, "docker")
-        if gateway is not None:
-            spec = gateway.sandbox_spec(spec)
-        sandbox = create_sandbox("docker", spec, env)
-        await sandbox.start()
-        try:
-            await install_environment(sandbox, env, profile, assets_dir(env, profile, build=False))
-            if gateway is not None:
-                await gateway.start()
-                await gateway.install(sandbox)
+        async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
             paths = sandbox.paths
             await sandbox.exec(["mkdir", "-p", paths.in_protected("results")], user="root", timeout=30)
             token = gateway.open_call_token() if gateway is not None else ""
@@ -113,10 +99,6 @@ def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
             probe = await sandbox.exec(["python3", "-c", PROBE], stdin=json.dumps(opened).encode(), cwd="/")
             assert probe.exit_code == 0, probe.stderr
             return opened, json.loads(probe.stdout)
-        finally:
-            await sandbox.stop()
-            if gateway is not None:
-                await gateway.close()
 
     opened, writable = run(go())
     assert any(p.startswith("/protected/") for p in opened), opened  # the audit saw the scorer's reads
