@@ -299,6 +299,13 @@ def _check_agent(config: AgentConfig) -> None:
     check_model_available(config)
 
 
+def _engine_disk_warning() -> str | None:
+    from rebench.images.gc import engine_disk_warning
+    from rebench.sandbox.docker import DockerEngine
+
+    return engine_disk_warning(DockerEngine.connect())
+
+
 def _confinement_warning() -> str | None:
     from rebench.scoring.score_helper import confinement_unavailable
 
@@ -352,6 +359,10 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     unconfined = _confinement_warning()
     if unconfined:
         observer.warning(unconfined)
+    if spec.chosen_backend == "docker":
+        full_disk = _engine_disk_warning()
+        if full_disk:
+            observer.warning(full_disk)
     # 2. build
     for env in envs:
         _build(env, spec.profile, spec.chosen_backend, observer)
