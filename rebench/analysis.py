@@ -104,7 +104,7 @@ def _reading(db: Store | Path | str | None) -> Iterator[Store]:
             raise RebenchError(f"no database at {str(path)!r}: run a campaign or import results first, "
                                "or pass the path of one")
         db = path
-    with using_store(db) as store:
+    with using_store(db, read_only=True) as store:
         yield store
 
 

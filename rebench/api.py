@@ -150,18 +150,44 @@ def open_store(db: Store | Path | str | None = None) -> Store:
 
 
 @contextmanager
-def using_store(db: Store | Path | str | None) -> Iterator[Store]:
-    """A store for one call: one passed in stays open, one opened here is closed here."""
+def using_store(db: Store | Path | str | None, *, read_only: bool = False) -> Iterator[Store]:
+    """A store for one call: one passed in stays open, one opened here is closed here (read-only
+    for calls that only read: they never create or upgrade a database)."""
     from rebench.store.db import Store
 
     if isinstance(db, Store):
         yield db
         return
-    store = Store(db)
+    store = Store(db, read_only=read_only)
     try:
         yield store
     finally:
         store.close()
+
+
+def _check_database(db: Store | Path | str | None) -> None:
+    """A database this rebench must not touch (newer, damaged, foreign) is refused before minutes of building."""
+    from rebench.errors import RebenchError
+    from rebench.store.db import Store, default_db_path
+    from rebench.store.schema import inspect_file
+
+    if not isinstance(db, Store):
+        problem = inspect_file(Path(db) if db is not None else default_db_path()).problem()
+        if problem:
+            raise RebenchError(problem)
+
+
+@contextmanager
+def _store_if_any(db: Store | Path | str | None) -> Iterator[Store | None]:
+    """For what the declarations answer without a database: a read-only store, or None when the
+    database does not exist yet (nothing is measured, and nothing is created by asking)."""
+    from rebench.store.db import Store, default_db_path
+
+    if not isinstance(db, Store) and not (Path(db) if db is not None else default_db_path()).exists():
+        yield None
+        return
+    with using_store(db, read_only=True) as store:
+        yield store
 
 
 def _environment(environment: str | Environment, profile: str) -> Environment:
@@ -254,7 +280,7 @@ def anchors_in_use(environment: str | Environment, db: Store | Path | str | None
     from rebench.environments.registry import EnvironmentRegistry
 
     env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
-    with using_store(db) as store:
+    with _store_if_any(db) as store:
         return {name: resolve_anchors(store, env, name) for name in env.metadata.profiles}
 
 
@@ -286,7 +312,7 @@ def noise_measured(environment: str | Environment,
     from rebench.noise import latest_noise
 
     env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
-    with using_store(db) as store:
+    with _store_if_any(db) as store:
         return {name: latest_noise(store, env, name) for name in env.metadata.profiles}
 
 
@@ -343,7 +369,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
 
     observer = replace(outer, warning=warn)
 
-    # 1. validate: nothing is built or written before every name, the agent and the model check out
+    # 1. validate: nothing is built or written before the database, every name, the agent and the model check out
+    _check_database(db)
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
     for agent in spec.agents:
@@ -387,7 +414,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
             campaign_id, attempt_ids = resume, prepare_resume(store, resume)
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
-        runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
+        runner = CampaignRunner(store, registry, snapshots_dir=store.snapshots_dir,
                                 progress=observer.progress, on_outcome=observer.finished,
                                 attempt_runner=_attempt_runner(spec))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
@@ -460,7 +487,7 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
     filters = Filters(campaigns=campaigns, environments=environments, agents=agents, source=source)
     settings = settings_from_options(estimator, DEFAULT_N_BOOTSTRAP if n_bootstrap is None else n_bootstrap,
                                      DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above)
-    with using_store(db) as store:
+    with using_store(db, read_only=True) as store:
         return make_report(store, filters, settings)
 
 
@@ -492,7 +519,7 @@ def human_attempts(db: Store | Path | str | None = None) -> list[HumanAttemptInf
     """Every human attempt: its state, working time used and left, and whether its supervisor runs."""
     from rebench.human.service import list_humans
 
-    with using_store(db) as store:
+    with using_store(db, read_only=True) as store:
         return list_humans(store)
 
 

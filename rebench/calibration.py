@@ -70,8 +70,12 @@ def hardware_fingerprint() -> HardwareFingerprint:
     return HardwareFingerprint(key=hashlib.sha256(description.encode()).hexdigest()[:12], description=description)
 
 
-def resolve_anchors(store: Store, env: Environment, profile: str, hardware: str | None = None) -> ResolvedAnchors:
+def resolve_anchors(store: Store | None, env: Environment, profile: str,
+                    hardware: str | None = None) -> ResolvedAnchors:
+    """This hardware's calibrated anchors in `store`, else the declared ones (also when there is no store)."""
     declared = env.profile(profile).anchors
+    if store is None:
+        return ResolvedAnchors(start=declared.start, reference=declared.reference, kind="declared")
     key = hardware or hardware_fingerprint().key
     with store.session() as session:
         row = session.scalars(

@@ -251,16 +251,17 @@ def test_without_score_snapshots_the_final_solution_is_rescored(fixture_envs: Pa
 
 def test_a_stale_snapshot_folder_of_the_same_attempt_id_is_left_alone(fixture_envs: Path, tmp_path: Path,
                                                                       db_path: Path) -> None:
-    """Another database in the same folder (or a deleted one) left `snapshots/attempt-1`: the new
-    attempt 1 snapshots beside it, so its re-scoring still finds the solutions it scored."""
-    stale = db_path.parent / "snapshots" / "attempt-1"
+    """A deleted database of the same name left `rebench.db-snapshots/attempt-1`: the new attempt 1
+    snapshots beside it, so its re-scoring still finds the solutions it scored."""
+    folder = db_path.parent / f"{db_path.name}-snapshots"
+    stale = folder / "attempt-1"
     (stale / "score-001").mkdir(parents=True)
     (stale / "score-001" / "value.txt").write_text("999")
     actions = [{"write_file": {"path": "value.txt", "content": A}}, {"score": {}}, {"submit": None}]
     result = run_replay(tmp_path, db_path, actions, "--profile", "rescore")
     assert result.returncode == 0, result.stderr
     assert rows(db_path, "select final_raw, snapshot_path from attempts") == [
-        (6.0, str(db_path.parent / "snapshots" / "attempt-1.2" / "final"))]
+        (6.0, str(folder / "attempt-1.2" / "final"))]
     assert (stale / "score-001" / "value.txt").read_text() == "999"
     assert sorted(p.name for p in stale.iterdir()) == ["score-001"]
 

@@ -47,6 +47,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                          "Docker images: bootstrap a base without a registry, list what is built."),
     "human": Subcommand("rebench.cli.human", "app",
                         "Human expert attempts over SSH: start, watch, stop, correct and replay them."),
+    "db": Subcommand("rebench.cli.db", "app", "Results databases: check one's schema, back it up, upgrade it."),
     "gc": Subcommand("rebench.cli.images", "gc_command",
                      "Remove containers and volumes of attempts that are no longer running."),
 }

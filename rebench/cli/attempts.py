@@ -82,7 +82,7 @@ def list_command(
     """Attempts, newest first."""
     if status is not None and status not in ATTEMPT_STATUSES:
         raise RebenchError(f"invalid --status {status!r}; allowed: {', '.join(ATTEMPT_STATUSES)}")
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         query = select(Attempt).where(Attempt.source == "own").order_by(Attempt.id.desc()).limit(limit)
         if campaign is not None:
@@ -113,7 +113,7 @@ def _working_cell(row: dict[str, Any]) -> str:
 @app.command("show")
 def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption = False) -> None:
     """One attempt: its row, score log, pauses and every event."""
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         attempt = session.get(Attempt, attempt_id)
         if attempt is None:

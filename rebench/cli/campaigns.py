@@ -23,7 +23,7 @@ def list_command(db: DbOption = None, json_output: JsonOption = False,
     """Campaigns, newest first: state, agents, environments, attempts done/running/queued."""
     from rebench.scheduler.progress import all_campaigns
 
-    found = all_campaigns(open_store(db), limit)
+    found = all_campaigns(open_store(db, read_only=True), limit)
     if json_output:
         print_json([p.model_dump(mode="json") for p in found])
         return
@@ -46,7 +46,7 @@ def show_command(campaign_id: int, db: DbOption = None, json_output: JsonOption 
     from rebench.scheduler.progress import campaign_progress
     from rebench.scheduler.view import render
 
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     progress = campaign_progress(store, campaign_id)
     if json_output:
         print_json({**progress.model_dump(mode="json"), "planned": progress.planned, "done": progress.done})

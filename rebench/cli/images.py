@@ -132,7 +132,7 @@ def _resumable_images(engine: DockerEngine, db: Path | None) -> list[str]:
     if not path.is_file():
         return []
     resumable = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED)
-    with open_store(path).session() as session:
+    with open_store(path, read_only=True).session() as session:
         pairs = set(session.execute(select(Attempt.environment, Attempt.profile).where(
             Attempt.status.in_(resumable), Attempt.backend == "docker")).tuples())
     registry, tags = EnvironmentRegistry(), []

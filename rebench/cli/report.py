@@ -115,6 +115,6 @@ def _trees(db: Path | None, attempt_ids: list[int]) -> list[SolutionTree]:
     """The solution trees asked for with --tree, read before the report is computed (a bad id fails first)."""
     if not attempt_ids:
         return []
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         return [load_tree(session, attempt_id) for attempt_id in attempt_ids]

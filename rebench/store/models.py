@@ -331,6 +331,15 @@ class GatewayRequest(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class StoreSetting(Base):
+    """A setting of the database itself (key `snapshots_dir`: its snapshot folder, relative to its own)."""
+
+    __tablename__ = "store_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
 class Calibration(Base):
     """Anchors measured on one machine: timing scores only mean something per hardware."""
 
