@@ -84,5 +84,5 @@ def test_malformed_import_through_the_cli(tmp_path: Path, capsys: pytest.Capture
     db = str(tmp_path / "r.db")
     code, _, err = run_main(["import", "metr-runs", str(path), "--db", db], capsys)
     assert code == 2 and "line 2: field 'time_limit'" in err
-    code, out, err = run_main(["report", "--db", db, "--json"], capsys)
+    code, _, err = run_main(["report", "--db", db, "--json"], capsys)
     assert code == 2 and "no rebench database at" in err  # nothing of the failed import was kept, not even a file
