@@ -370,6 +370,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     observer = replace(outer, warning=warn)
 
     # 1. validate: nothing is built or written before the database, every name, the agent and the model check out
+    spec = CampaignSpec.model_validate(spec.model_dump(warnings=False))  # a spec changed with model_copy skipped its validators
     _check_database(db)
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
@@ -438,8 +439,10 @@ def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, c
                     observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
     """Go on with a campaign whose harness died or was stopped (rebench.scheduler.resume): its
     finished attempts stay, interrupted ones are re-run as uncounted tries' retries, queued ones run."""
-    from rebench.scheduler.resume import campaign_spec
+    from rebench.scheduler.resume import campaign_spec, check_resumable
 
+    with using_store(db, read_only=True) as reading:
+        check_resumable(reading, campaign_id)
     with using_store(db) as store:
         spec = CampaignSpec.model_validate(campaign_spec(store, campaign_id))
         return run_campaign(spec, db=store, calibrate=calibrate, observer=observer,

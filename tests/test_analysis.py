@@ -222,3 +222,21 @@ def test_an_empty_database_gives_empty_frames_and_a_missing_one_an_error(
     with pytest.raises(RebenchError, match="no database at"):
         analysis.events(missing)
     assert not missing.exists()
+
+
+@pytest.mark.skipif(not METR_FILE.is_file(), reason="needs ../shared/data/metr-all-runs-2025-01-11.jsonl")
+def test_a_filter_that_matches_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--agent nope` and `--campaign 999` used to print a humans-only report and exit 0, and `--env nope`
+    failed without naming it; the API answered with human rows where the docs promise an empty frame."""
+    db = tmp_path / "metr.db"
+    api.import_metr_runs(METR_FILE, db=db)
+    for option, value, what in (("--agent", "nope", "agent"), ("--campaign", "999", "campaign"),
+                                ("--env", "nope", "environment")):
+        code, out, err = run_main(["report", "--db", str(db), option, value], capsys)
+        assert code == 2 and out == "", err
+        (line,) = err.strip().splitlines()
+        assert f"no attempts of {what} " in line and value in line, line
+    code, _, err = run_main(["report", "--db", str(db), "--agent", "nope"], capsys)
+    assert "Claude 3.5 Sonnet (New)" in err  # the agents that do exist are named
+    assert analysis.score_at_k(db, n_bootstrap=20, agents=["nope"]).empty
+    assert analysis.score_at_k(db, n_bootstrap=20, campaigns=[999]).empty

@@ -98,8 +98,23 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("rebench")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            found = "unknown (not installed)"
+        print(f"rebench {found}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(False, "--version", help="Print rebench's version and exit.",
+                                      callback=_show_version, is_eager=True),
+) -> None:
     """Run AI agents and human experts on RE-Bench-style ML research engineering environments."""
 
 

@@ -28,10 +28,12 @@ def list_command(db: DbOption = None, json_output: JsonOption = False,
         print_json([p.model_dump(mode="json") for p in found])
         return
     columns = [Col("id", key=True), Col("state", key=True), Col("created"), Col("agents"), Col("environments"),
-               Col("done", justify="right"), Col("running", justify="right"), Col("queued", justify="right")]
+               Col("done", justify="right"), Col("error", justify="right"), Col("interrupted", justify="right"),
+               Col("running", justify="right"), Col("queued", justify="right")]
     rows = [[str(p.campaign_id), p.state_text, p.created_at.strftime("%Y-%m-%d %H:%M"),
              ",".join(sorted({g.agent for g in p.groups})), ",".join(sorted({g.environment for g in p.groups})),
-             f"{p.done}/{p.planned}", str(p.running), str(p.queued)] for p in found]
+             f"{p.done}/{p.planned}", str(p.error), str(p.interrupted), str(p.running), str(p.queued)]
+            for p in found]
     print_table(console, "Campaigns", columns, rows, more="--json",
                 drop_first=("created", "environments", "agents"))
 
@@ -49,7 +51,8 @@ def show_command(campaign_id: int, db: DbOption = None, json_output: JsonOption 
     store = open_store(db, read_only=True)
     progress = campaign_progress(store, campaign_id)
     if json_output:
-        print_json({**progress.model_dump(mode="json"), "planned": progress.planned, "done": progress.done})
+        print_json({**progress.model_dump(mode="json"), "planned": progress.planned, "done": progress.done,
+                    "error": progress.error, "interrupted": progress.interrupted})
         return
     if not watch:
         console.print(render(progress))

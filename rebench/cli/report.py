@@ -81,6 +81,7 @@ def report_command(
     if tree and out is None:
         raise RebenchError("--tree draws the attempt's solution tree into report.html: give --out DIR")
     trees = _trees(db, tree or [])
+    _check_filters(db, campaign or [], env or [], agent or [])
     from rebench.api import report as make_report
 
     report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
@@ -109,6 +110,15 @@ def report_command(
         print_terminal(report, console, by_env=by_env)
         if out is not None:
             console.print("wrote " + ", ".join(str(p) for p in written))
+
+
+def _check_filters(db: Path | None, campaigns: list[int], environments: list[str], agents: list[str]) -> None:
+    from rebench.report.data import Filters, unmatched_filter
+
+    if campaigns or environments or agents:
+        problem = unmatched_filter(open_store(db, read_only=True), Filters(campaigns, environments, agents))
+        if problem:
+            raise RebenchError(problem)
 
 
 def _trees(db: Path | None, attempt_ids: list[int]) -> list[SolutionTree]:

@@ -28,7 +28,7 @@ from rebench.human.worktime import corrected_at, working_time
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
 from rebench.store import Attempt, ScoreEvent, Store
-from rebench.store.models import HumanSession, Pause, PauseCorrection
+from rebench.store.models import Campaign, HumanSession, Pause, PauseCorrection
 
 SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"
@@ -212,6 +212,27 @@ def _human_clocks(
         at = partial(corrected_at, pauses=own_pauses, corrections=own_corrections) if own_corrections else None
         out[attempt.id] = (clock, at)
     return out
+
+
+def unmatched_filter(store: Store, filters: Filters) -> str | None:
+    """One line naming the first filter value that matches no attempt in the database, and the
+    values that exist; None when every value matches something. (A typo must not quietly give a
+    report of everything else, or of the humans only.)"""
+    with store.session() as session:
+        campaigns = sorted(session.scalars(select(Campaign.id)))
+        attempts = session.execute(select(Attempt.environment, Attempt.agent, Attempt.model).distinct()).all()
+    environments = sorted({row[0] for row in attempts})
+    agents = {row[1] for row in attempts} | {f"{row[1]}/{row[2]}" for row in attempts if row[2]}
+    checks: list[tuple[str, Sequence[object], Sequence[object]]] = [
+        ("campaign", filters.campaigns, campaigns), ("environment", filters.environments, environments),
+        ("agent", filters.agents, sorted(agents)),
+    ]
+    for what, given, existing in checks:
+        for value in given:
+            if value not in existing:
+                shown = ", ".join(map(str, existing[:20])) + (" ..." if len(existing) > 20 else "") or "none"
+                return f"no attempts of {what} {value!r} in this database; {what}s there: {shown}"
+    return None
 
 
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:

@@ -47,6 +47,6 @@ def make_report(
 ) -> Report | None:
     """The report for the attempts matching `filters`, or None when nothing matches."""
     data = load_report_data(store, filters, info)
-    if not data.runs and not data.humans:
-        return None
+    if not data.runs and (not data.humans or filters.campaigns or filters.agents):
+        return None  # asked about agents or campaigns that have no attempts: humans alone answer nothing
     return build_report(data, settings, info)

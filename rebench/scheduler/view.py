@@ -22,15 +22,17 @@ STATE_NOTE = {"orphaned": "no live process runs it: `rebench run --resume {id}`"
 def render(p: CampaignProgress) -> RenderableType:
     """Per (environment, agent) a bar of the attempts done, with running/queued and an ETA."""
     table = Table(title=f"campaign {p.campaign_id}: {p.state_text}", title_justify="left")
-    for header in ("environment", "agent", "progress", "done", "running", "queued", "retried", "mean wall"):
+    for header in ("environment", "agent", "progress", "done", "error", "interrupted", "running", "queued",
+                   "retried", "mean wall"):
         table.add_column(header, no_wrap=header in ("environment", "agent"),
                          justify="right" if header not in ("environment", "agent", "progress") else "left")
     for g in p.groups:
         table.add_row(g.environment, g.agent, ProgressBar(total=max(g.planned, 1), completed=g.done, width=24),
-                      f"{g.done}/{g.planned}", str(g.running), str(g.queued), str(g.retried),
+                      f"{g.done}/{g.planned}", str(g.error), str(g.interrupted), str(g.running), str(g.queued),
+                      str(g.retried),
                       format_duration(g.mean_wall_s) if g.mean_wall_s is not None else "-")
     eta = "" if p.eta_s is None else f", ETA {format_duration(p.eta_s)}"
-    footer = f"{p.done}/{p.planned} done, {p.running} running, {p.queued} queued{eta}"
+    footer = f"{p.counts_text()}, {p.running} running, {p.queued} queued{eta}"
     note = STATE_NOTE.get(p.state, "").format(id=p.campaign_id)
     return Group(table, Text(footer + (f"; {note}" if note else "")))
 
