@@ -370,7 +370,8 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     observer = replace(outer, warning=warn)
 
     # 1. validate: nothing is built or written before the database, every name, the agent and the model check out
-    spec = CampaignSpec.model_validate(spec.model_dump(warnings=False))  # a spec changed with model_copy skipped its validators
+    # a spec changed with model_copy skipped its validators
+    spec = CampaignSpec.model_validate(spec.model_dump(warnings=False))
     _check_database(db)
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]

@@ -4,8 +4,8 @@ dependency-free `counter` fixture environment (score = the number in value.txt),
 from __future__ import annotations
 
 import ast
-import re
 import os
+import re
 import signal
 import sqlite3
 import subprocess
