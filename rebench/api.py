@@ -357,6 +357,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     from rebench.calibration import resolve_anchors
     from rebench.campaign import CampaignRunner, apply_env_params, plan_campaign, recover_orphans
     from rebench.environments.registry import EnvironmentRegistry
+    from rebench.errors import RebenchError
     from rebench.gateway import check_gateway
     from rebench.sandbox.local import LOCAL_WARNING
 
@@ -378,6 +379,9 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     for agent in spec.agents:
         _check_agent(agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
+    if spec.gpus and all(env.profile(spec.profile).resources.gpus == 0 for env in envs):
+        raise RebenchError(f"--gpus {','.join(map(str, spec.gpus))}: the {spec.profile} profile of "
+                           f"{', '.join(env.name for env in envs)} needs no GPU; leave --gpus out")
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)
         check_gateway(env.profile(spec.profile).gateway)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
@@ -64,6 +64,13 @@ class CampaignSpec(BaseModel):
         default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
                                           "overrides the gateway's credit; a key of the profile's params "
                                           "overrides it in the instructions and the scorer's params")
+
+    @model_validator(mode="after")
+    def _ray_address_needs_ray(self) -> CampaignSpec:
+        if self.ray_address is not None and self.executor != "ray":
+            raise RebenchError(f"--ray-address {self.ray_address!r} is used only with --executor ray "
+                               f"(this run's executor: {self.executor})")
+        return self
 
     @field_validator("final_rule", mode="before")
     @classmethod
