@@ -161,3 +161,10 @@ def test_options_that_would_be_ignored_are_refused(args: list[str], expected: st
                              "--db", str(db), *args], capsys)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
     assert not db.exists()
+
+
+def test_run_help_names_the_ray_extra() -> None:
+    """Rich markup used to swallow `[ray]`, leaving `pip install 'rebench'` in the help."""
+    result = subprocess.run([sys.executable, "-m", "rebench.cli.app", "run", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "250"}, cwd=REPO)
+    assert "rebench[ray]" in result.stdout, result.stdout

@@ -185,6 +185,15 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     for s in detail["scores"]:
         scores.add_row(s["kind"], f"{s['working_s']:.1f}", fmt(s["raw"], 4), str(s["valid"]), str(s["message"]))
     console.print(scores)
+    if detail["pauses"]:
+        pauses = Table(title="Pauses (the clock stopped; not working time)")
+        for column in ("reason", "from s", "to s", "length s"):
+            pauses.add_column(column)
+        for pause in detail["pauses"]:
+            end = pause["end_s"]
+            pauses.add_row(str(pause["reason"]), f"{pause['start_s']:.1f}", "open" if end is None else f"{end:.1f}",
+                           "-" if end is None else f"{end - pause['start_s']:.1f}")
+        console.print(pauses)
     if tree.nodes:
         console.print(Text(f"Solution tree ({len(tree.nodes)} nodes; best node restored: "
                            f"{tree.best if tree.best is not None else 'none'})"))

@@ -70,7 +70,7 @@ def run_command(
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
-    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench[ray]').")] = "local",
+    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
     resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
