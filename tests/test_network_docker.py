@@ -1,0 +1,90 @@
+"""`--network none|full` on the Docker backend (real engine): `none` reaches nothing outside, `full`
+reaches the outside world; a whole `full` run scores, and its gateway (the forwarder on the
+container's loopback to the harness's Unix socket) serves both the agent and the scorer; the
+attempt row and `attempts show` say `full`; nothing of the attempt's network is left afterwards.
+What `full` must not reach is tests/adversarial/test_network_full.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import FIXTURE_ENVS, run_cli
+from .docker_support import base_image, docker_engine, with_sandbox
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+OUTSIDE = ("pypi.org", 443)
+PROBE = (f"import socket\ntry:\n    socket.create_connection({OUTSIDE!r}, timeout=5).close()\n    print('REACHED')\n"
+         "except OSError as exc:\n    print('unreachable', type(exc).__name__)\n")
+
+
+def _outside_reachable() -> bool:
+    try:
+        socket.create_connection(OUTSIDE, timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _left_behind() -> tuple[list[str], list[str]]:
+    networks = docker_engine().client.networks.list(filters={"label": "rebench.network"})
+    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+    return [n.name for n in networks], [line for line in rules.splitlines() if "rebench-" in line]
+
+
+def test_none_reaches_nothing_outside_and_full_does() -> None:
+    image = base_image(docker_engine())
+    offline = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", PROBE], timeout=30))
+    assert offline.stdout.startswith("unreachable"), offline
+    if not _outside_reachable():
+        pytest.skip(f"this host cannot reach {OUTSIDE[0]}:{OUTSIDE[1]}: the `full` half cannot run here")
+    online = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", PROBE], timeout=30), network="full")
+    assert online.stdout.strip() == "REACHED", online
+
+
+def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Path) -> None:
+    docker_engine()
+    before = _left_behind()
+    envs = tmp_path / "envs"
+    shutil.copytree(FIXTURE_ENVS / "gateway_echo", envs / "gateway_echo")
+    ask = ("import json, os, urllib.request\n"
+           "env = dict(l.strip().split('=', 1) for l in open(os.path.expanduser('~/api.env')))\n"
+           "body = json.dumps({'model': env['REBENCH_GATEWAY_MODEL'], 'messages': [{'role': 'user', "
+           "'content': 'hi'}]}).encode()\n"
+           "r = urllib.request.Request(env['OPENAI_BASE_URL'] + '/chat/completions', data=body, "
+           "headers={'Authorization': 'Bearer ' + env['OPENAI_API_KEY']})\n"
+           "print('gateway', urllib.request.urlopen(r, timeout=20).status)\n"
+           "open('answer.txt', 'w').write('echo done')\n")
+    script = tmp_path / "full.yaml"
+    script.write_text(yaml.safe_dump({"actions": [{"python": PROBE}, {"python": ask}, {"score": {}},
+                                                  {"submit": None}]}))
+    db = tmp_path / "rebench.db"
+    environ = {"REBENCH_ENVIRONMENTS": str(envs)}
+    built = run_cli("envs", "build", "gateway_echo", "--backend", "docker", env=environ)
+    assert built.returncode == 0, built.stderr
+    result = run_cli("run", "--env", "gateway_echo", "--agent", "replay", "--agent-arg", f"script={script}",
+                     "--budget", "2m", "--backend", "docker", "--network", "full", "--db", str(db), env=environ)
+    assert result.returncode == 0, result.stderr
+    assert "network full" in result.stdout
+    with sqlite3.connect(db) as connection:
+        attempt = connection.execute("select status, final_raw, network from attempts").fetchall()
+        metered = connection.execute("select meter, status from gateway_requests order by id").fetchall()
+        outputs = [json.loads(data)["stdout"] for (data,) in
+                   connection.execute("select data from events where kind = 'python' order by seq")]
+    assert attempt == [("done", 1.0, "full")], (attempt, result.stdout)
+    assert [s for m, s in metered if m == "agent"] == [200], metered
+    assert [s for m, s in metered if m == "scorer"] == [200, 200], metered  # baseline and the agent's score call
+    assert outputs[1].strip() == "gateway 200", outputs
+    if _outside_reachable():
+        assert outputs[0].strip() == "REACHED", outputs
+    shown = run_cli("attempts", "show", "1", "--db", str(db))
+    assert "network full (its own bridged network" in shown.stdout, shown.stdout
+    assert _left_behind() == before
