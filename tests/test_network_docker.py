@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import sqlite3
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,20 +18,18 @@ import yaml
 
 from .conftest import FIXTURE_ENVS, run_cli
 from .docker_support import base_image, docker_engine, with_sandbox
+from .network_support import outside_service
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-OUTSIDE = ("pypi.org", 443)
-PROBE = (f"import socket\ntry:\n    socket.create_connection({OUTSIDE!r}, timeout=5).close()\n    print('REACHED')\n"
-         "except OSError as exc:\n    print('unreachable', type(exc).__name__)\n")
 
-
-def _outside_reachable() -> bool:
-    try:
-        socket.create_connection(OUTSIDE, timeout=5).close()
-    except OSError:
-        return False
-    return True
+@pytest.fixture
+def probe() -> Iterator[str]:
+    """A program that says whether it reached a service beyond the host (tests/network_support.py)."""
+    with outside_service() as address:
+        yield (f"import socket\ntry:\n    conn = socket.create_connection({address!r}, timeout=5)\n"
+               "    print(conn.recv(20).decode().strip())\n"
+               "except OSError as exc:\n    print('unreachable', type(exc).__name__)\n")
 
 
 def _left_behind() -> tuple[list[str], list[str]]:
@@ -40,17 +38,15 @@ def _left_behind() -> tuple[list[str], list[str]]:
     return [n.name for n in networks], [line for line in rules.splitlines() if "rebench-" in line]
 
 
-def test_none_reaches_nothing_outside_and_full_does() -> None:
+def test_none_reaches_nothing_outside_and_full_does(probe: str) -> None:
     image = base_image(docker_engine())
-    offline = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", PROBE], timeout=30))
+    offline = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", probe], timeout=30))
     assert offline.stdout.startswith("unreachable"), offline
-    if not _outside_reachable():
-        pytest.skip(f"this host cannot reach {OUTSIDE[0]}:{OUTSIDE[1]}: the `full` half cannot run here")
-    online = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", PROBE], timeout=30), network="full")
-    assert online.stdout.strip() == "REACHED", online
+    online = with_sandbox(image, lambda sb: sb.exec(["python3", "-c", probe], timeout=30), network="full")
+    assert online.stdout.strip() == "OUTSIDE", online
 
 
-def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Path) -> None:
+def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Path, probe: str) -> None:
     docker_engine()
     before = _left_behind()
     envs = tmp_path / "envs"
@@ -64,7 +60,7 @@ def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Pat
            "print('gateway', urllib.request.urlopen(r, timeout=20).status)\n"
            "open('answer.txt', 'w').write('echo done')\n")
     script = tmp_path / "full.yaml"
-    script.write_text(yaml.safe_dump({"actions": [{"python": PROBE}, {"python": ask}, {"score": {}},
+    script.write_text(yaml.safe_dump({"actions": [{"python": probe}, {"python": ask}, {"score": {}},
                                                   {"submit": None}]}))
     db = tmp_path / "rebench.db"
     environ = {"REBENCH_ENVIRONMENTS": str(envs)}
@@ -82,9 +78,7 @@ def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Pat
     assert attempt == [("done", 1.0, "full")], (attempt, result.stdout)
     assert [s for m, s in metered if m == "agent"] == [200], metered
     assert [s for m, s in metered if m == "scorer"] == [200, 200], metered  # baseline and the agent's score call
-    assert outputs[1].strip() == "gateway 200", outputs
-    if _outside_reachable():
-        assert outputs[0].strip() == "REACHED", outputs
+    assert outputs[0].strip() == "OUTSIDE" and outputs[1].strip() == "gateway 200", outputs
     shown = run_cli("attempts", "show", "1", "--db", str(db))
     assert "network full (its own bridged network" in shown.stdout, shown.stdout
     assert _left_behind() == before

@@ -6,7 +6,8 @@ address (a stand-in for the engine's API on TCP, a human attempt's SSH relay sta
 IPv4 address of the host; a port another container published on the host, through the host's
 addresses and that container's own; a listener of attempt B (also `full`), on B's address; the
 host over IPv6. While a score call runs, the submitted code (the scorer's command here) tries the
-outside world, where it could leave what the scorer shows it for the agent to fetch later.
+outside world, where it could leave what the scorer shows it for the agent to fetch later. The
+outside world is a service beyond the host (tests/network_support.py), which the agent reaches.
 
 Seen before the defence, with Docker's shared bridge (what the old `network=True` gave): the
 host service answered on every address and B's listener answered A. Positive controls show each
@@ -29,11 +30,9 @@ from typing import Any
 import pytest
 
 from tests.docker_support import base_image, docker_engine, run, started_sandbox
+from tests.network_support import outside_service
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
-
-OUTSIDE = ("pypi.org", 443)
-"""Somewhere outside the host: the package index (reachable, if through a proxy, wherever tests run)."""
 PROBE = r"""
 import json, socket, sys
 def gateway():
@@ -53,7 +52,7 @@ for host, port in targets:
     try:
         said = conn.recv(40).decode(errors='replace').strip()
     except OSError:
-        said = ''  # connected; this one waits for the client to speak first (TLS)
+        said = ''
     out[f'{host}:{port}'] = ('REACHED ' + said).strip()
     conn.close()
 out['ipv6'] = open('/proc/net/if_inet6').read().split()
@@ -139,6 +138,12 @@ def published(image: str) -> Iterator[tuple[str, int]]:
         container.remove(force=True)
 
 
+@pytest.fixture
+def outside() -> Iterator[tuple[str, int]]:
+    with outside_service() as address:
+        yield address
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     return base_image(docker_engine())
@@ -150,10 +155,11 @@ def _address(sandbox: Any) -> str:
 
 
 def test_full_network_reaches_out_but_not_the_host_nor_other_attempts(
-        image: str, host_service: int, published: tuple[str, int]) -> None:
+        image: str, host_service: int, published: tuple[str, int], outside: tuple[str, int]) -> None:
     other_port = 4242
     published_address, published_port = published
-    host_addresses = _host_ipv4()
+    far = f"{outside[0]}:{outside[1]}"
+    host_addresses = _host_ipv4()  # the outside service's link address on the host among them
     assert host_addresses and _reaches(host_addresses[0], host_service)  # the service answers the host
 
     async def body() -> dict[str, Any]:
@@ -167,12 +173,10 @@ def test_full_network_reaches_out_but_not_the_host_nor_other_attempts(
                                    f"{other_port}), timeout=4); print(c.recv(40).decode().strip())\"")
             targets = [f"{h}:{host_service}" for h in host_addresses]
             targets += [f"{h}:{published_port}" for h in host_addresses] + [f"{published_address}:{published_port}"]
-            targets += [f"{b_address}:{other_port}", f"{OUTSIDE[0]}:{OUTSIDE[1]}"]
+            targets += [f"{b_address}:{other_port}", far]
             agent = await a.exec(["python3", "/tmp/probe.py", str(host_service), *targets], timeout=120)
-            scoring = await a.exec(["python3", "/tmp/probe.py", str(host_service), f"{OUTSIDE[0]}:{OUTSIDE[1]}"],
-                                   user="scorer", timeout=60)
-            after = await a.exec(["python3", "/tmp/probe.py", str(host_service), f"{OUTSIDE[0]}:{OUTSIDE[1]}"],
-                                 timeout=60)
+            scoring = await a.exec(["python3", "/tmp/probe.py", str(host_service), far], user="scorer", timeout=60)
+            after = await a.exec(["python3", "/tmp/probe.py", str(host_service), far], timeout=60)
             return {"control": control.stdout.strip(), "agent": agent, "scoring": scoring, "after": after,
                     "b": b_address}
 
@@ -180,12 +184,8 @@ def test_full_network_reaches_out_but_not_the_host_nor_other_attempts(
     assert out["control"] == "ATTEMPT-B", out["control"]  # B's listener is up on B's address
     seen = json.loads(out["agent"].stdout)
     reached = {target: result for target, result in seen.items() if str(result).startswith("REACHED")}
-    outside = f"{OUTSIDE[0]}:{OUTSIDE[1]}"
-    reached.pop(outside, None)
+    assert reached.pop(far, None) == "REACHED OUTSIDE", seen
     assert reached == {}, reached
     assert seen["ipv6"] == [], seen["ipv6"]  # no IPv6 address from which to reach the host's link-local one
-    if not _reaches(*OUTSIDE):
-        pytest.skip(f"this host cannot reach {outside}: the outside half of the test cannot run here")
-    assert seen[outside].startswith("REACHED"), seen
-    assert not json.loads(out["scoring"].stdout)[outside].startswith("REACHED"), out["scoring"].stdout
-    assert json.loads(out["after"].stdout)[outside].startswith("REACHED"), out["after"].stdout
+    assert not json.loads(out["scoring"].stdout)[far].startswith("REACHED"), out["scoring"].stdout
+    assert json.loads(out["after"].stdout)[far] == "REACHED OUTSIDE", out["after"].stdout
