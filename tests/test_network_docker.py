@@ -7,7 +7,9 @@ What `full` must not reach is tests/adversarial/test_network_full.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -81,4 +83,30 @@ def test_a_full_run_scores_and_its_gateway_serves_agent_and_scorer(tmp_path: Pat
     assert outputs[0].strip() == "OUTSIDE" and outputs[1].strip() == "gateway 200", outputs
     shown = run_cli("attempts", "show", "1", "--db", str(db))
     assert "network full (its own bridged network" in shown.stdout, shown.stdout
+    assert _left_behind() == before
+
+
+def test_gc_removes_the_network_and_host_rules_a_dead_harness_left() -> None:
+    """A harness killed before it removed its attempt's network leaves the host closed to it (the rules
+    stay); `rebench gc` removes both once the harness is gone, and keeps a live harness's."""
+    from rebench.images import collect_garbage
+    from rebench.sandbox.docker.engine import LABEL_OWNER, owner_token
+    from rebench.sandbox.docker.network import AttemptNetwork
+
+    engine = docker_engine()
+    before = _left_behind()
+    dead = AttemptNetwork.create(engine.client, 900_001, {LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}:1"})
+    live = AttemptNetwork.create(engine.client, 900_002, {LABEL_OWNER: owner_token(os.getpid())})
+    try:
+        networks, rules = _left_behind()
+        assert {dead.name, live.name} <= set(networks)
+        assert sum(dead.name in rule for rule in rules) == 4 and sum(live.name in rule for rule in rules) == 4
+        report = collect_garbage(engine)
+        networks, rules = _left_behind()
+        assert dead.name in report.removed_networks and dead.name not in networks
+        assert not any(dead.name in rule for rule in rules)
+        assert live.name in networks and sum(live.name in rule for rule in rules) == 4
+    finally:
+        live.remove()
+        dead.remove()
     assert _left_behind() == before
