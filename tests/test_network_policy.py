@@ -6,7 +6,6 @@ tests/adversarial/test_network_full.py."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from rebench import api
 from rebench.store.db import MIGRATIONS_DIR, Store
 from rebench.store.models import Attempt
 
-from .conftest import run_cli, run_main
+from .conftest import run_main
 
 
 def _argv(db: Path, tmp_path: Path, *extra: str) -> list[str]:
@@ -56,18 +55,25 @@ def test_the_local_backend_refuses_any_network_it_cannot_enforce(
     assert not db.exists()
 
 
-def test_a_local_run_records_none_and_show_says_it_is_not_enforced(fixture_envs: Path, tmp_path: Path) -> None:
+def test_attempts_show_says_what_each_attempt_could_reach(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "rebench.db"
-    result = run_cli(*_argv(db, tmp_path, "--backend", "local"),
-                     env={"REBENCH_ENVIRONMENTS": os.environ["REBENCH_ENVIRONMENTS"]})
-    assert result.returncode == 0, result.stderr
-    with sqlite3.connect(db) as connection:
-        assert connection.execute("select network, final_raw from attempts").fetchall() == [("none", 11.0)]
-    shown = run_cli("attempts", "show", "1", "--db", str(db))
-    assert shown.returncode == 0, shown.stderr
-    assert "network none (not enforced: the local backend" in shown.stdout, shown.stdout
-    as_json = run_cli("attempts", "show", "1", "--json", "--db", str(db))
-    assert json.loads(as_json.stdout)["network"] == "none"
+    store = Store(db)
+    with store.session() as session:
+        for backend, network in (("docker", "none"), ("docker", "full"), ("local", "none")):
+            session.add(Attempt(source="own", environment="counter", profile="tiny", agent="replay", budget_s=60.0,
+                                status="done", backend=backend, network=network))
+    store.close()
+    said = {}
+    for attempt_id in (1, 2, 3):
+        code, out, err = run_main(["attempts", "show", str(attempt_id), "--db", str(db)], capsys)
+        assert code == 0, err
+        said[attempt_id] = " ".join(out.split())
+    assert "network none (loopback only)" in said[1], said[1]
+    assert "network full (its own bridged network, the host closed to it): not comparable" in said[2], said[2]
+    assert "network none (not enforced: the local backend's commands have the host's network)" in said[3], said[3]
+    code, out, _ = run_main(["attempts", "show", "2", "--json", "--db", str(db)], capsys)
+    assert json.loads(out)["network"] == "full"
 
 
 def test_the_migration_gives_old_attempts_none_and_metr_runs_full(tmp_path: Path) -> None:
