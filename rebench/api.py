@@ -323,6 +323,8 @@ def _check_network(spec: CampaignSpec, envs: Sequence[Environment]) -> None:
                    "it controls no network: its commands have the host's, whatever is asked")
         raise RebenchError(f"invalid --network {spec.network} with --backend {name}: {offered}; "
                            "use --backend docker, or leave --network out")
+    if spec.executor == "ray":
+        return  # the sandboxes start on the cluster's nodes, which refuse at start what they cannot keep
     for policy in sorted({effective_network(spec.network, env.profile(spec.profile).network) for env in envs}):
         if policy in backend.networks:
             backend.check_network(policy)

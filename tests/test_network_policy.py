@@ -111,3 +111,17 @@ def test_the_report_never_pools_attempts_with_and_without_network(fixture_envs: 
     assert {r.agent: (r.n, r.mean) for r in rows} == {"replay": (2, 1.0), "replay (network full)": (2, 0.25)}
     assert {s.agent for s in report.summary} == {"replay", "replay (network full)"}
     assert any(note.startswith("2 own attempt(s) ran with network") for note in report.notes), report.notes
+
+
+def test_full_is_refused_before_anything_runs_where_the_host_firewall_cannot_be_set(
+        fixture_envs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without iptables (here: not on PATH) the host could not be closed to the attempt: refused, one
+    line, nothing written, nothing built (this needs no Docker engine: it is checked first)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    db = tmp_path / "rebench.db"
+    code, _, err = run_main(_argv(db, tmp_path, "--backend", "docker", "--network", "full"), capsys)
+    assert code != 0
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "--network full needs iptables on the Docker engine's host" in lines[0], err
+    assert not db.exists()
