@@ -39,7 +39,7 @@ UTC_TIME = "datetime64[ns, UTC]"
 ATTEMPT_COLUMNS: dict[str, str] = {
     "attempt_id": "int64", "campaign_id": "Int64", "source": "string", "environment": "string",
     "env_version": "string", "profile": "string", "agent": "string", "model": "string", "budget_s": "float64",
-    "seed": "int64", "backend": "string", "status": "string", "error_source": "string",
+    "seed": "int64", "backend": "string", "network": "string", "status": "string", "error_source": "string",
     "error_message": "string", "limit_reason": "string", "submitted": "bool", "counted": "bool",
     "retry_of": "Int64", "final_raw": "float64", "final_normalized": "float64", "anchors_kind": "string",
     "working_s": "float64", "wall_s": "float64", "model_wait_s": "float64", "input_tokens": "int64",

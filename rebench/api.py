@@ -342,6 +342,27 @@ def _confinement_warning() -> str | None:
             "(needs Linux 5.13+ with Landlock enabled)")
 
 
+def _check_network(spec: CampaignSpec, envs: Sequence[Environment]) -> None:
+    """`--network` must name a policy the backend enforces (the local backend enforces none: its
+    commands have the host's network), and this host must be able to enforce each attempt's policy."""
+    from rebench.errors import RebenchError
+    from rebench.network import effective_network
+    from rebench.sandbox.factory import load_backend
+
+    name = spec.chosen_backend
+    backend = load_backend(name)
+    if spec.network is not None and spec.network not in backend.networks:
+        offered = (f"it offers --network {' or '.join(sorted(backend.networks))}" if backend.networks else
+                   "it controls no network: its commands have the host's, whatever is asked")
+        raise RebenchError(f"invalid --network {spec.network} with --backend {name}: {offered}; "
+                           "use --backend docker, or leave --network out")
+    if spec.executor == "ray":
+        return  # the sandboxes start on the cluster's nodes, which refuse at start what they cannot keep
+    for policy in sorted({effective_network(spec.network, env.profile(spec.profile).network) for env in envs}):
+        if policy in backend.networks:
+            backend.check_network(policy)
+
+
 def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, calibrate: bool = True,
                  observer: Observer | None = None, cancel_on_sigterm: bool = False,
                  resume: int | None = None) -> CampaignResult:
@@ -382,6 +403,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     if spec.gpus and all(env.profile(spec.profile).resources.gpus == 0 for env in envs):
         raise RebenchError(f"--gpus {','.join(map(str, spec.gpus))}: the {spec.profile} profile of "
                            f"{', '.join(env.name for env in envs)} needs no GPU; leave --gpus out")
+    _check_network(spec, envs)
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)
         check_gateway(env.profile(spec.profile).gateway)

@@ -23,6 +23,7 @@ from rebench.budget import parse_duration
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
@@ -53,7 +54,9 @@ class CampaignSpec(BaseModel):
     seed: int = Field(0, description="seed of the first attempt of each environment; attempt i gets seed+i")
     parallel: int = 1
     gpus: list[int] = Field(default_factory=list, description="GPU device ids the scheduler may lease")
-    network: bool | None = Field(None, description="override every environment's network setting")
+    network: NetworkPolicy | None = Field(
+        None, description="the sandboxes' network (rebench.network): none, or full (a bridged network of the "
+                          "attempt's own; Docker only); None: none, unless a profile asks for network")
     final_rule: Literal["best", "last", "rescore_best"] | None = Field(
         None, description="override every profile's final_score: best, last or rescore_best "
                           "(re-score the best solutions when each attempt ends)")
@@ -78,6 +81,11 @@ class CampaignSpec(BaseModel):
         if value is not None and value not in ("best", "last", "rescore_best"):
             raise RebenchError(f"invalid --final-rule {value!r}; allowed: best, last, rescore_best")
         return value
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value: Any) -> Any:
+        return None if value is None else parse_network(value)
 
     @field_validator("environments")
     @classmethod
@@ -223,6 +231,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
                         campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
                         profile=spec.profile, agent=agent.name, model=agent.model, budget_s=spec.budget_s,
                         seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.chosen_backend,
+                        network=effective_network(spec.network, env.profile(spec.profile).network),
                     )
                     session.add(attempt)
                     session.flush()

@@ -33,6 +33,7 @@ from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.gateway.attempt import AttemptGateway
+from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
@@ -140,7 +141,7 @@ class AttemptRunner:
         progress: Progress | None = None,
         sandbox_factory: SandboxFactory = create_sandbox,
         gpus: list[int] | None = None,
-        network: bool | None = None,
+        network: NetworkPolicy | str | None = None,
         final_rule: FinalRule | None = None,
         gateway_credit_usd: float | None = None,
     ) -> None:
@@ -151,7 +152,8 @@ class AttemptRunner:
         self.progress = progress or (lambda _id, _msg: None)
         self.sandbox_factory = sandbox_factory
         self.gpus = gpus or []
-        self.network = network
+        self.network = None if network is None else parse_network(network)
+        """The run's `--network` (rebench.network); None: the profile's default."""
         self.final_rule = final_rule
         """Overrides every profile's `final_score` (`rebench run --final-rule`); None: the profile's."""
         self.gateway_credit_usd = gateway_credit_usd
@@ -222,9 +224,10 @@ class AttemptRunner:
                                  agent=config.name)
         sandbox: Sandbox | None = None
         gateway: AttemptGateway | None = None
+        network = effective_network(self.network, profile.network)
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
-                         pid=os.getpid())
+                         pid=os.getpid(), network=network)
         else:
             self._update(attempt_id, pid=os.getpid())
         try:
@@ -232,7 +235,7 @@ class AttemptRunner:
             spec = SandboxSpec(
                 attempt_id=attempt_id, campaign_id=campaign_id, environment=self.env.name, profile=profile_name,
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
-                network=profile.network if self.network is None else self.network,
+                network=network,
             ).model_copy(update=hooks.spec_update)
             if profile.gateway is not None:
                 # A keep-alive (human) sandbox outlives this process: its gateway keeps its socket and

@@ -50,6 +50,7 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         "working_s": round(a.working_s, 2),
         # how final_raw was taken, and RE-Bench's own rule beside it (they differ when re-scored)
         "final_rule": a.final_rule, "rule_raw": a.rule_raw, "rule_normalized": a.rule_normalized,
+        "network": a.network,
     }
 
 
@@ -59,6 +60,18 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return fmt(value)
     return "-" if value is None else str(value)
+
+
+def network_line(network: str, backend: str | None, source: str) -> str:
+    """What the attempt's sandbox could reach (rebench.network): results with and without network
+    are not comparable, so `attempts show` always says it."""
+    if source == "imported":
+        return f"network {network} (METR's run: RE-Bench gave every task internet access)"
+    if backend == "local":
+        return f"network {network} (not enforced: the local backend's commands have the host's network)"
+    if network == "full":
+        return "network full (its own bridged network, the host closed to it): not comparable with attempts without"
+    return "network none (loopback only)"
 
 
 def _rule_note(detail: dict[str, Any]) -> str:
@@ -121,6 +134,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         detail = {
             **_attempt_row(attempt),
             "env_version": attempt.env_version, "seed": attempt.seed, "backend": attempt.backend,
+            "source": attempt.source,
             "error_message": attempt.error_message, "limit_reason": attempt.limit_reason,
             "wall_s": attempt.wall_s, "model_wait_s": attempt.model_wait_s,
             "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
@@ -171,6 +185,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
+    console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:

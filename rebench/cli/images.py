@@ -162,7 +162,8 @@ def gc_command(
         print_json(report.model_dump())
         return
     console.print(
-        f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s); "
+        f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s)"
+        + (f", {len(report.removed_networks)} network(s)" if report.removed_networks else "") + "; "
         f"kept {len(report.kept_running)} of running attempts"
         + (f"; removed {len(report.removed_images)} superseded image(s)" if images else "")
     )

@@ -66,7 +66,7 @@ def run_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the first attempt; attempt i gets seed+i.")] = 0,
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Attempts to run at once.")] = 1,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1, or all.")] = None,
-    network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
+    network: Annotated[str | None, typer.Option("--network", help="The sandboxes' network: none (default) or full (outside access as in RE-Bench, but not the host; docker backend only). Recorded on each attempt: results with and without network are not comparable.")] = None,
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
@@ -122,7 +122,7 @@ def _planned(campaign: PlannedCampaign) -> None:
     console.print(
         f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{', '.join(a.name for a in spec.agents)}[/] "
         f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
-        f"backend {spec.backend})"
+        f"backend {spec.backend}{f', network {spec.network}' if spec.network else ''})"
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
     )
 

@@ -2,7 +2,8 @@
 
 A container whose harness process is gone (finished, crashed, SIGKILLed) is
 garbage; one whose harness still runs is an attempt in progress and is kept,
-unless `everything` is asked for. Volumes labelled with an attempt go with them.
+unless `everything` is asked for. Volumes labelled with an attempt go with them, and so do
+the networks of `--network full` attempts, with their host firewall rules.
 
 A human attempt's container (labelled LABEL_HUMAN) is never removed, not even with
 `everything`: it outlives its harness on purpose (the expert keeps working while the
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from rebench.images.naming import LABEL_KIND
 from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_HUMAN, LABEL_OWNER, DockerEngine, owner_alive
+from rebench.sandbox.docker.network import sweep_networks
 
 
 class KeptHuman(BaseModel):
@@ -31,6 +33,7 @@ class GcReport(BaseModel):
     kept_running: list[str] = Field(default_factory=list)
     kept_human: list[KeptHuman] = Field(default_factory=list)
     removed_volumes: list[str] = Field(default_factory=list)
+    removed_networks: list[str] = Field(default_factory=list)
     removed_images: list[str] = Field(default_factory=list)
 
 
@@ -57,6 +60,8 @@ def collect_garbage(engine: DockerEngine, *, everything: bool = False, images: b
             continue
         if engine.remove_volume(volume):
             report.removed_volumes.append(volume)
+    report.removed_networks = sweep_networks(
+        engine.client, keep=lambda labels: not everything and owner_alive(labels.get(LABEL_OWNER, "")))
     if images:
         report.removed_images = [entry.id for entry in prune_images(engine).removed]
     return report

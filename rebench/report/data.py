@@ -7,7 +7,10 @@ their raw final score with the anchors in force (calibrated on this hardware, el
 declared); imported ones carry METR's normalized score. Where the final score was re-scored
 (final_rule = "rescore_best") that is the counted number, and RE-Bench's rule is carried beside it.
 Attempts with a score log also carry their score-over-time curve, which lets an attempt stand in
-for a shorter one."""
+for a shorter one.
+
+Own attempts with network (`rebench run --network full`) are never pooled with those without:
+their agent label carries NETWORK_MARK, so every group, row and plot keeps them apart."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
 from rebench.human.worktime import corrected_at, working_time
+from rebench.network import NetworkPolicy
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
 from rebench.store import Attempt, ScoreEvent, Store
@@ -34,6 +38,8 @@ SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"
 HUMAN_ATTEMPT_S = 28800.0
 COUNTED_STATUSES = ("done", "limit", "error")  # finished; an interrupted attempt says nothing
+NETWORK_MARK = " (network full)"
+"""Ends the agent label of own attempts that ran with network: they are not comparable with the rest."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class RunRecord:
     """Own human attempts: who, and working time with and without pause corrections."""
     gateway: MeterUsage | None = None
     """The agent's requests through the environment's model gateway (rebench.gateway); None: none."""
+    network: str = NetworkPolicy.NONE.value
+    """The sandbox's network (rebench.network); imported METR runs are `full`."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -180,10 +188,27 @@ def _counted(query: Any) -> Any:
 
 
 def agent_label(attempt: Attempt) -> str:
-    """Own attempts are told apart by model too (`modular/claude-...`); METR's alias already names it."""
-    if attempt.source == "own" and attempt.model and attempt.agent != HUMAN_AGENT:
-        return f"{attempt.agent}/{attempt.model}"
-    return attempt.agent
+    """Own attempts are told apart by model too (`modular/claude-...`), and by NETWORK_MARK when they
+    ran with network; METR's alias already names the model (and all of METR's runs had network)."""
+    if attempt.source != "own":
+        return attempt.agent
+    label = f"{attempt.agent}/{attempt.model}" if attempt.model and attempt.agent != HUMAN_AGENT else attempt.agent
+    return label + NETWORK_MARK if attempt.network == NetworkPolicy.FULL else label
+
+
+def network_notes(runs: list[RunRecord]) -> list[str]:
+    """What the report says about network: which own attempts had it, and that METR's runs all did."""
+    own = [r for r in runs if r.source == "own"]
+    with_network = sum(r.network == NetworkPolicy.FULL for r in own)
+    notes = []
+    if with_network:
+        notes.append(f"{with_network} own attempt(s) ran with network (`rebench run --network full`): their agent "
+                     f"label ends in '{NETWORK_MARK.strip()}' and they are never pooled with attempts without network")
+    if with_network < len(own) and any(r.source == "imported" for r in runs):
+        notes.append("METR's imported runs had internet access (RE-Bench gave every task full internet); own "
+                     f"attempts not marked '{NETWORK_MARK.strip()}' had none: comparisons across the two are "
+                     "indicative only")
+    return notes
 
 
 def _human_clocks(
@@ -287,6 +312,9 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 rule_score=rule,
                 human=clock,
                 gateway=gateway.get(attempt.id),
+                network=str(attempt.network),
             )
 
-        return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])
+        runs, people = [record(a) for a in attempts], [record(a) for a in humans]
+        once = list({r.attempt_id: r for r in runs + people}.values())  # human attempts may be in both
+        return ReportData(runs=runs, humans=people, notes=network_notes(once))

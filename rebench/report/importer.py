@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from rebench.errors import RebenchError
+from rebench.network import NetworkPolicy
 from rebench.report.known_environments import (
     METR_FAMILY_PREFIX,
     RE_BENCH_ENVIRONMENTS,
@@ -300,6 +301,7 @@ def _store_rows(store: Store, sha256: str, rows: list[_Row]) -> list[_Row]:
                 final_raw=None,
                 final_normalized=row.score,
                 anchors_kind="imported",
+                network=NetworkPolicy.FULL,  # RE-Bench gave every task full internet access
                 import_sha256=sha256,
                 import_row=row.line,
                 external_id=row.run_id,

@@ -77,7 +77,7 @@ def retry_row(failed: Attempt) -> Attempt:
         campaign_id=failed.campaign_id, source="own", environment=failed.environment,
         env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
         budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
-        retry_of=failed.id,
+        network=failed.network, retry_of=failed.id,
     )
 
 

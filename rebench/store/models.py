@@ -16,6 +16,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from rebench.network import NetworkPolicy
+
 
 class AttemptStatus(StrEnum):
     QUEUED = "queued"
@@ -166,6 +168,11 @@ class Attempt(Base):
     budget_s: Mapped[float] = mapped_column(Float)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     backend: Mapped[str | None] = mapped_column(String(16))
+    network: Mapped[NetworkPolicy] = mapped_column(
+        EnumString(NetworkPolicy, 8), default=NetworkPolicy.NONE, server_default=NetworkPolicy.NONE.value
+    )
+    """The sandbox's network (rebench.network): results with and without one are not comparable.
+    Imported METR runs are `full` (RE-Bench gave every task internet access)."""
     image_id: Mapped[str | None] = mapped_column(String(128))
     status: Mapped[AttemptStatus] = mapped_column(
         EnumString(AttemptStatus, 16), default=AttemptStatus.QUEUED, index=True
