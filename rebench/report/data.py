@@ -107,7 +107,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-class _Normalizer:
+class Normalizer:
     """Per (environment, profile): direction, final rule and anchors, looked up once."""
 
     def __init__(self, store: Store, info: EnvironmentInfo) -> None:
@@ -216,7 +216,7 @@ def _human_clocks(
 
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
     info = info or default_info()
-    normalizer = _Normalizer(store, info)
+    normalizer = Normalizer(store, info)
     with store.session() as session:
         query = _counted(select(Attempt))
         if filters.environments:
