@@ -2,7 +2,7 @@
 
 The kernel environment's tiny profile on the local backend: the session's reference attempt
 (`kernel_first_run`, calibrated, re-scored under `rescore_best`) and a modular agent driven by the
-fake model server through the real `openai` SDK; and an aide campaign on the `counter` fixture.
+fake model server through the real `openai` SDK; and an aide campaign of two attempts on the `counter` fixture.
 Everything runs through the real CLI in process into one SQLite file.
 """
 
@@ -68,11 +68,12 @@ def build_campaigns(root: Path, kernel: KernelRun) -> Iterator[Campaigns]:
         patch.setenv("REBENCH_ENVIRONMENTS", str(envs))
         text = "{plan}\n\n```\n# file: value.txt\n{value}\n```\n"
         review = {"tool_calls": [call("submit_review", is_bug=False, summary="fine")]}
-        server.add({"text": text.format(plan="Draft: seven.", value=7)}, review,
-                   {"text": text.format(plan="Try nine.", value=9)}, review)
+        for _ in range(2):  # two attempts: the viewer's sample list has rows to show
+            server.add({"text": text.format(plan="Draft: seven.", value=7)}, review,
+                       {"text": text.format(plan="Try nine.", value=9)}, review)
         _run(["run", "--env", "counter", "--agent", "aide", "--model", "openai-compatible/scripted", "--base-url",
               server.openai_url, "--budget", "2m", "--agent-arg", "num_drafts=1", "--agent-arg", "max_steps=2",
-              "--backend", "local", "--db", str(db)])
+              "-k", "2", "--backend", "local", "--db", str(db)])
     with sqlite3.connect(db) as connection:
         ids = dict(connection.execute("select agent, campaign_id from attempts").fetchall())
     yield Campaigns(db, ids["reference"], ids["modular"], ids["aide"])

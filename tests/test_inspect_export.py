@@ -9,6 +9,15 @@ from shared/data, never copied into the repository.
 from __future__ import annotations
 
 import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +32,7 @@ from tests.inspect_campaigns import SENTINEL_COMMAND, Campaigns, build_campaigns
 from tests.test_import_metr import METR_FILE
 
 HARNESS_TOOLS = ("bash", "python", "read_file", "write_file")
+pytestmark = [pytest.mark.slow, pytest.mark.torch]  # the campaigns run the kernel environment (tiny) on PyTorch
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +139,13 @@ def test_the_modular_transcript_has_each_request_and_tool_call(campaigns: Campai
 
 def test_the_aide_tree_and_the_reference_rescores_are_in_their_transcripts(campaigns: Campaigns,
                                                                             exported: dict[str, Any]) -> None:
-    by_campaign = {e["campaign"]: read_eval_log(e["path"]).samples[0] for e in exported["summary"]["logs"]}
-    aide = by_campaign[campaigns.aide_campaign]
-    nodes = [e.data for e in aide.events if e.event == "info" and e.source == "aide_node"]
-    assert [(n["node"], n["step"], n["score"]) for n in nodes] == [(1, "draft", 7.0), (2, "improve", 9.0)]
-    assert [t.function for t in aide.events if t.event == "tool"][:1] == ["bash"], "aide's commands are its tools"
-    reference = by_campaign[campaigns.reference_campaign]
+    by_campaign = {e["campaign"]: read_eval_log(e["path"]).samples for e in exported["summary"]["logs"]}
+    assert len(by_campaign[campaigns.aide_campaign] or []) == 2
+    for aide in by_campaign[campaigns.aide_campaign] or []:
+        nodes = [e.data for e in aide.events if e.event == "info" and e.source == "aide_node"]
+        assert [(n["node"], n["step"], n["score"]) for n in nodes] == [(1, "draft", 7.0), (2, "improve", 9.0)]
+        assert [t.function for t in aide.events if t.event == "tool"][:1] == ["bash"], "aide's commands are tools"
+    (reference,) = by_campaign[campaigns.reference_campaign] or []
     rescores = [e.score for e in reference.events if e.event == "score" and e.score.metadata["kind"] == "rescore"]
     assert rescores and all(s.value["normalized"] is not None for s in rescores if s.metadata["valid"])
     assert reference.scores["final"].metadata["rule"] == "rescore_best"
@@ -177,3 +188,80 @@ def test_unknown_ids_are_one_line_errors_and_write_nothing(
     code, _, err = run_main(["export", "inspect", "--db", str(campaigns.db), "--out", str(out), *args], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _read_url(process: subprocess.Popen[str], timeout_s: float) -> str:
+    """The URL `rebench view` prints once the viewer serves (its stdout, line by line)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or []], daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            assert process.poll() is None, (process.stderr.read() if process.stderr else "")
+            continue
+        if line.startswith("Inspect's viewer: "):
+            return line.split()[2]
+    raise AssertionError(f"no URL from rebench view within {timeout_s} s")
+
+
+def test_rebench_view_renders_a_transcript_in_headless_chromium(campaigns: Campaigns, tmp_path: Path) -> None:
+    """Inspect's own viewer, started by `rebench view`, in Debian's Chromium (driven by Playwright, which
+    uses the system browser; nothing is downloaded). The screenshots stay in this test's tmp folder."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    port = _free_port()
+    env = {**os.environ, "REBENCH_CACHE": str(tmp_path / "cache"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "REBENCH_ENVIRONMENTS": str(REPO / "environments"), "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "rebench.cli.app", "view", "--db", str(campaigns.db), "--port",
+                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    try:
+        url = _read_url(process, 180)
+        assert url == f"http://127.0.0.1:{port}/"
+        logs = {p.name: p for p in (tmp_path / "cache" / "inspect-view").glob("*/*.eval")}
+        modular = next(n for n in logs if "_modular-" in n)
+        aide = next(n for n in logs if "_aide-" in n)
+        (attempt,) = campaigns.rows("select * from attempts where campaign_id = ?", campaigns.modular_campaign)
+        (baseline,) = campaigns.rows("select raw from score_events where attempt_id = ? and kind = 'baseline'",
+                                     attempt["id"])
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}#/logs/{aide}/samples")
+            page.get_by_text("2 Samples").first.wait_for(timeout=60_000)
+            page.screenshot(path=shots / "sample-list.png")
+            listed = page.inner_text("body")
+            page.goto(f"{url}#/logs/{modular}/samples/sample/{attempt['id']}/1/transcript")
+            page.get_by_text(SENTINEL_COMMAND).first.wait_for(timeout=60_000)
+            page.screenshot(path=shots / "transcript.png", full_page=True)
+            transcript = page.inner_text("body")
+            browser.close()
+        print(f"screenshots: {shots}")
+        aide_ids = [r["id"] for r in campaigns.rows("select id from attempts where agent = 'aide'")]
+        assert all(f"{i}\nWrite a number into" in listed for i in aide_ids), "each aide attempt is a row"
+        assert "rebench-sentinel-42" in transcript, "the command's output is rendered"
+        assert str(attempt["final_raw"]) in transcript, "the final raw score is in the sample's header"
+        shown = f"{baseline['raw']:.5f}".rstrip("0").rstrip(".")  # the viewer rounds to 5 decimals
+        assert "baseline score\nEXPLANATION" in transcript and shown in transcript, "a score event is rendered"
+        assert "INTERMEDIATE SCORE" in transcript.upper()
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        assert process.wait(timeout=30) == 0
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        if process.poll() is None:  # the viewer too: it is in the process group of `rebench view`
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

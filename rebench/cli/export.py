@@ -21,9 +21,11 @@ def inspect_command(
     json_output: JsonOption = False,
 ) -> None:
     """One Inspect eval log per (campaign, environment, agent), one sample per attempt (needs the `inspect` extra)."""
-    from rebench.export.inspect_log import export_inspect, require_inspect
+    from rebench.export import require_inspect
 
     require_inspect("rebench export inspect")  # before the database is opened: nothing is made without it
+    from rebench.export.inspect_log import export_inspect
+
     store = open_store(db)
     try:
         summary = export_inspect(store, out, campaigns=campaign or (), attempts=attempt or ())

@@ -77,9 +77,11 @@ def view_command(
     db: DbOption = None,
 ) -> None:
     """Export the attempts and start Inspect's log viewer on them until Ctrl-C (needs the `inspect` extra)."""
-    from rebench.export.inspect_log import export_inspect, require_inspect
+    from rebench.export import require_inspect
 
     require_inspect("rebench view")
+    from rebench.export.inspect_log import export_inspect
+
     if not _loopback(host) and not allow_remote:
         raise RebenchError(f"--host {host!r} is not a loopback address and the viewer has no login; "
                            "add --allow-remote to serve it anyway, or reach it through an SSH tunnel")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from inspect_ai._util.error import EvalError
@@ -44,6 +44,7 @@ from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolInfo
 from pydantic import ValidationError
 
+from rebench.export import Anchors, aware
 from rebench.models.requests import RequestReader
 from rebench.store.events import ModelCall, SentMessage, SentTool, parse_event
 from rebench.store.models import Attempt, Pause
@@ -52,24 +53,6 @@ from rebench.store.models import ScoreEvent as ScoreRow
 
 HARNESS_TOOLS = ("bash", "python", "read_file", "write_file")
 LIMIT_TYPES = {"time": "working", "tokens": "token", "cost": "cost"}
-
-
-def aware(moment: datetime | None) -> datetime:
-    """SQLite gives naive datetimes back; they were written in UTC."""
-    if moment is None:
-        return datetime.fromtimestamp(0, UTC)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Anchors:
-    start: float
-    reference: float
-
-    def normalized(self, raw: float | None) -> float | None:
-        from rebench.scoring.normalize import normalize
-
-        return None if raw is None else normalize(raw, self.start, self.reference)
 
 
 def _tool_info(tool: SentTool) -> ToolInfo:
@@ -197,7 +180,7 @@ class TranscriptBuilder:
                 input=data["instructions"], id=self.attempt.id, metadata={k: v for k, v in data.items()
                                                                           if k != "instructions"}), state={}))
         elif kind == "model_call":
-            self._model_call(payload, row, common)  # type: ignore[arg-type]
+            self._model_call(payload, row, common)
         elif kind == "tool_result":
             self.out.events.append(ToolEvent(**common, id=data["call_id"], function=data["tool"],
                                              arguments=data["arguments"], result=data["output"]))

@@ -20,27 +20,21 @@ import statistics
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.errors import RebenchError
-from rebench.export.inspect_events import Anchors, Transcript, TranscriptBuilder, aware
+from rebench.export import Anchors, aware, require_inspect
 from rebench.report.data import Normalizer, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.store import Attempt, Campaign, Event, Pause, ScoreEvent, Store
 
-INSPECT_EXTRA_HINT = "pip install 'rebench[inspect]'"
+if TYPE_CHECKING:
+    from rebench.export.inspect_events import Transcript
+
 SCORERS = ("final", "rebench_rule")
-
-
-def require_inspect(what: str) -> None:
-    """A one-line error naming the extra when Inspect is not installed."""
-    try:
-        import inspect_ai.log  # noqa: F401
-    except ImportError:
-        raise RebenchError(f"{what} needs Inspect AI (the `inspect` extra): {INSPECT_EXTRA_HINT}") from None
 
 
 class ExportedLog(BaseModel):
@@ -65,7 +59,8 @@ class ExportSummary(BaseModel):
 GroupKey = tuple[int | None, str, str]
 
 
-def select_attempts(store: Store, campaigns: Sequence[int] = (), attempts: Sequence[int] = ()) -> dict[GroupKey, list[int]]:
+def select_attempts(store: Store, campaigns: Sequence[int] = (),
+                    attempts: Sequence[int] = ()) -> dict[GroupKey, list[int]]:
     """Attempt ids by (campaign, environment, agent label); an unknown id is a one-line error."""
     with store.session() as session:
         if campaigns:
@@ -119,6 +114,8 @@ def _anchors(normalizer: Normalizer, attempt: Attempt) -> Anchors | None:
 
 
 def _transcript(store: Store, attempt: Attempt, anchors: Anchors | None) -> Transcript:
+    from rebench.export.inspect_events import TranscriptBuilder
+
     with store.session() as session:
         agent_tools = session.scalar(select(Event.id).where(Event.attempt_id == attempt.id,
                                                             Event.kind == "tool_result").limit(1)) is not None
@@ -148,8 +145,8 @@ def _scores(normalizer: Normalizer, attempt: Attempt) -> dict[str, Any]:
 
 
 def _sample(store: Store, attempt: Attempt, normalizer: Normalizer) -> tuple[Any, Transcript]:
-    from inspect_ai.log import EvalSample, EvalSampleLimit
     from inspect_ai.log import EvalError as InspectError
+    from inspect_ai.log import EvalSample, EvalSampleLimit
     from inspect_ai.model import ModelUsage
 
     transcript = _transcript(store, attempt, _anchors(normalizer, attempt))
@@ -167,7 +164,7 @@ def _sample(store: Store, attempt: Attempt, normalizer: Normalizer) -> tuple[Any
     if attempt.limit_reason is not None:
         type_, value = {"time": ("working", attempt.budget_s), "tokens": ("token", 0.0), "cost": ("cost", 0.0)}.get(
             str(attempt.limit_reason), ("custom", 0.0))
-        limit = EvalSampleLimit(type=type_, limit=value, reason=str(attempt.limit_reason))  # type: ignore[arg-type]
+        limit = EvalSampleLimit(type=type_, limit=value, reason=str(attempt.limit_reason))
     error = None
     if attempt.status == "error":
         error = InspectError(message=f"{attempt.error_source}: {attempt.error_message}", traceback="",
