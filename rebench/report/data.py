@@ -115,7 +115,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-class _Normalizer:
+class Normalizer:
     """Per (environment, profile): direction, final rule and anchors, looked up once."""
 
     def __init__(self, store: Store, info: EnvironmentInfo) -> None:
@@ -262,7 +262,7 @@ def unmatched_filter(store: Store, filters: Filters) -> str | None:
 
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
     info = info or default_info()
-    normalizer = _Normalizer(store, info)
+    normalizer = Normalizer(store, info)
     with store.session() as session:
         query = _counted(select(Attempt))
         if filters.environments:
