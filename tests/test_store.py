@@ -52,6 +52,9 @@ def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_db_path_from_environment_variable(tmp_path: Path) -> None:
     target = tmp_path / "from-env.db"
+    missing = run_cli("attempts", "list", "--json", env={"REBENCH_DB": str(target)})
+    assert missing.returncode == 2 and str(target) in missing.stderr and not target.exists()
+    Store(target).close()
     result = run_cli("attempts", "list", "--json", env={"REBENCH_DB": str(target)})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]" and target.exists()
+    assert result.stdout.strip() == "[]"

@@ -29,7 +29,7 @@ def _dump(path: Path) -> list[str]:
         return list(connection.iterdump())
 
 
-def _older_database(path: Path) -> str:
+def _older_database(path: Path, revision: str | None = None) -> str:
     """A real rebench database at the schema before this one, made by running the migrations up to it."""
     from alembic import command
     from alembic.config import Config
@@ -37,7 +37,7 @@ def _older_database(path: Path) -> str:
 
     from rebench.store.schema import MIGRATIONS_DIR
 
-    previous = revisions()[-2]
+    previous = revision or revisions()[-2]
     engine = create_engine(f"sqlite:///{path}")
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -173,7 +173,7 @@ def test_each_database_has_its_own_snapshot_folder(tmp_path: Path, fixture_envs:
 
 def test_an_upgraded_database_keeps_the_snapshot_folder_its_attempts_use(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    _older_database(db)
+    _older_database(db, "0007")  # before databases recorded their snapshot folder
     _add_attempts(db, 1)
     store = Store(db, on_upgrade=lambda line: None)
     assert store.snapshots_dir == tmp_path / "snapshots"
