@@ -5,7 +5,6 @@ Three own attempts on the `counter` fixture (local backend): two replay attempts
 invalid and a valid score call; no model, so no cost) and one aide attempt whose model calls go
 to the fake model server through the real openai SDK (priced, so it has a cost and tokens).
 """
-# ruff: noqa: F811  (pytest fixtures imported from model_fixtures are parameters here)
 
 from __future__ import annotations
 
@@ -112,7 +111,7 @@ def test_each_attempt_gets_its_story_a_transcript_link_and_its_cost(
     [(tokens, working_s, cost)] = sql(own_envs, "select input_tokens + output_tokens, working_s, cost_usd "
                                                 "from attempts where agent = 'aide'")
     assert tokens == 1000 and float(cost) > 0  # type: ignore[arg-type]
-    rate = f"{tokens / (float(working_s) / 3600):,.0f}"  # type: ignore[operator, arg-type]
+    rate = f"{tokens / (float(working_s) / 3600):,.0f}"  # type: ignore[arg-type]
     markdown = (out_dir / "report.md").read_text()
     assert "| aide/openai/scripted | own | 1 | 0 | 0 |" in markdown
     aide_row = next(line for line in markdown.splitlines() if line.startswith("| aide/openai/scripted | own | 1"))
@@ -131,7 +130,7 @@ def test_metr_data_money_plot_has_the_humans_and_names_the_agents_left_out(
     api.import_metr_runs(METR_FILE, db=db)
     assert sql(db, "select count(*) from attempts where cost_usd > 0") == [(priced,)]
     out_dir = tmp_path / "report"
-    code, out, err = run_main(["report", "--db", str(db), "--n-bootstrap", "20", "--out", str(out_dir)], capsys)
+    code, _, err = run_main(["report", "--db", str(db), "--n-bootstrap", "20", "--out", str(out_dir)], capsys)
     assert code == 0, err
     assert (out_dir / "score_vs_money.png").read_bytes().startswith(PNG)
     page = (out_dir / "report.html").read_text()

@@ -51,6 +51,7 @@ def score_vs_money(report: Report) -> bytes | None:
     """Each priced attempt's normalized score against its dollars (log scale), one colour per agent,
     with each agent's mean as a large marker; None when no attempt has a cost."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     from rebench.report.plots import _mark_off_scale, _png, _report_colors, robust_top
 
@@ -69,6 +70,11 @@ def score_vs_money(report: Report) -> bytes | None:
         axes.scatter([mean_x], [min(mean_y, top)], s=90, marker="D", color=color, edgecolors="white", zorder=4)
         _mark_off_scale(axes, xs, ys, top, color)
     axes.set_xscale("log")
+    dollars = FuncFormatter(lambda value, _: f"${value:,.0f}" if value >= 1 else f"${value:.2g}")
+    axes.xaxis.set_major_formatter(dollars)
+    axes.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+    axes.xaxis.set_minor_formatter(dollars)
+    axes.tick_params(axis="x", which="minor", labelsize=7)
     axes.set_xlabel("dollars spent per attempt (log scale)")
     axes.set_ylabel("normalized score (0 = start, 1 = reference)")
     axes.set_ylim(0, top)

@@ -18,8 +18,8 @@ from rebench.errors import RebenchError
 from rebench.report.allocation import Allocation
 from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
-from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
 from rebench.report.money import spend, tokens_per_hour, unique_runs
+from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
 from rebench.report.story import AttemptStory, stories_html, stories_markdown, story_file, story_png
 from rebench.report.tree import SolutionTree, tree_html
 from rebench.tables import Col, print_table

@@ -14,11 +14,13 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rebench.calibration import ResolvedAnchors
 from rebench.export.inspect_log import log_name
 from rebench.report.data import HUMAN_AGENT, Normalizer, RunRecord, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
@@ -80,6 +82,10 @@ def _log_file(session: Session, attempt: Attempt) -> str:
     return log_name(attempt.campaign_id, attempt.environment, label, created)
 
 
+def _normalized(raw: float | None, anchors: ResolvedAnchors | None) -> float | None:
+    return None if raw is None or anchors is None else normalize(raw, anchors.start, anchors.reference)
+
+
 def load_stories(store: Store, runs: Sequence[RunRecord], info: EnvironmentInfo | None = None) -> list[AttemptStory]:
     """The stories of the own attempts among `runs` (imported runs have no log to tell), by id."""
     normalizer = Normalizer(store, info or default_info())
@@ -89,11 +95,7 @@ def load_stories(store: Store, runs: Sequence[RunRecord], info: EnvironmentInfo 
         for run in own:
             attempt = session.get_one(Attempt, run.attempt_id)
             spec = normalizer.spec(attempt.environment, attempt.profile)
-
-            def norm(raw: float | None) -> float | None:
-                if raw is None or spec is None:
-                    return None
-                return normalize(raw, spec[1].start, spec[1].reference)
+            norm = partial(_normalized, anchors=spec[1] if spec is not None else None)
 
             events = list(session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == run.attempt_id)
                                           .order_by(ScoreEvent.working_s, ScoreEvent.id)))
@@ -123,8 +125,9 @@ def story_png(story: AttemptStory) -> bytes:
     end_wall = story.wall(story.end_working_s)
     scale, unit = (3600.0, "h") if max(end_wall, run.budget_s) >= 7200 else (60.0, "min")
     figure, axes = plt.subplots(figsize=(7, 2.4))
-    for pause in story.pauses:
-        axes.axvspan(pause.start_s / scale, pause.end_s / scale, color="0.85", zorder=0)
+    for i, pause in enumerate(story.pauses):
+        axes.axvspan(pause.start_s / scale, pause.end_s / scale, color="0.85", zorder=0,
+                     label="pause" if i == 0 else None)
     valid = [(story.wall(w) / scale, v) for w, v in story.scores if v is not None]
     invalid = [story.wall(w) / scale for w, v in story.scores if v is None]
     values = [v for _, v in valid] + list(story.rescores) + [run.score]
@@ -142,7 +145,7 @@ def story_png(story: AttemptStory) -> bytes:
         axes.plot([end_wall / scale] * len(story.rescores), list(story.rescores), "D", color="tab:orange",
                   markersize=4, alpha=0.7, label="final re-scores")
     axes.axhline(run.score, color="tab:green", linestyle=":", linewidth=1, label=f"final {run.score:.3f}")
-    axes.set_xlim(0, max(end_wall, run.budget_s, 1.0) / scale)
+    axes.set_xlim(0, max(end_wall, run.budget_s, 1.0) * 1.03 / scale)  # room for the re-scores at the end
     axes.set_ylim(0, top)
     axes.set_xlabel(f"time since start ({unit}); pauses shaded, working time excludes them", fontsize=8)
     axes.set_ylabel("normalized score", fontsize=8)
@@ -194,7 +197,8 @@ def stories_html(stories: Sequence[AttemptStory], images: dict[int, str]) -> str
 def stories_markdown(stories: Sequence[AttemptStory]) -> list[str]:
     if not stories:
         return []
-    lines = ["## Attempts", "", "| attempt | environment | agent | score | plot | transcript |", "|---|---|---|---|---|---|"]
+    lines = ["## Attempts", "", "| attempt | environment | agent | score | plot | transcript |",
+             "|---|---|---|---|---|---|"]
     for s in stories:
         lines.append(f"| {s.run.attempt_id} | {s.run.environment} | {s.run.agent.replace('|', '/')} | "
                      f"{s.run.score:.3f} | [plot]({story_file(s)}) | [{s.log_file}]({s.viewer_url()}) "
