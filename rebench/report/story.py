@@ -117,14 +117,14 @@ def load_stories(store: Store, runs: Sequence[RunRecord], info: EnvironmentInfo 
 
 def story_png(story: AttemptStory) -> bytes:
     """The attempt's score over time: a small figure of its own (readable however many attempts)."""
-    import matplotlib.pyplot as plt
+    import io
 
-    from rebench.report.plots import _png
+    import matplotlib.pyplot as plt
 
     run = story.run
     end_wall = story.wall(story.end_working_s)
     scale, unit = (3600.0, "h") if max(end_wall, run.budget_s) >= 7200 else (60.0, "min")
-    figure, axes = plt.subplots(figsize=(7, 2.4))
+    figure, axes = plt.subplots(figsize=(8, 2.6))
     for i, pause in enumerate(story.pauses):
         axes.axvspan(pause.start_s / scale, pause.end_s / scale, color="0.85", zorder=0,
                      label="pause" if i == 0 else None)
@@ -153,7 +153,11 @@ def story_png(story: AttemptStory) -> bytes:
     axes.grid(True, alpha=0.3)
     axes.set_title(f"attempt {run.attempt_id}: {run.agent} on {run.environment}", fontsize=9)
     axes.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _png(figure)
+    figure.subplots_adjust(left=0.08, right=0.78, bottom=0.2, top=0.88)  # fixed margins: no tight-bbox pass
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)  # small, and cheap: a campaign may have hundreds
+    plt.close(figure)
+    return buffer.getvalue()
 
 
 def story_file(story: AttemptStory) -> str:
