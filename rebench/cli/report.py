@@ -103,13 +103,20 @@ def report_command(
             "no finished attempts match these filters; run `rebench run ...` or `rebench import metr-runs FILE` first"
         )
     if out is not None:
-        written = write_outputs(report, out, trees=trees)
+        from rebench.report.story import load_stories
+
+        stories = load_stories(open_store(db, read_only=True), report.data.runs)
+        written = write_outputs(report, out, trees=trees, stories=stories)
     if json_output:
         print_json(report_json(report))
     else:
         print_terminal(report, console, by_env=by_env)
         if out is not None:
-            console.print("wrote " + ", ".join(str(p) for p in written))
+            plots = [p for p in written if p.parent.name == "attempts"]
+            shown = [str(p) for p in written if p not in plots]
+            if plots:
+                shown.append(f"{len(plots)} attempt plot(s) in {plots[0].parent}")
+            console.print("wrote " + ", ".join(shown), highlight=False, soft_wrap=True)
 
 
 def _check_filters(db: Path | None, campaigns: list[int], environments: list[str], agents: list[str]) -> None:

@@ -72,6 +72,13 @@ class RunRecord:
     """The agent's requests through the environment's model gateway (rebench.gateway); None: none."""
     network: str = NetworkPolicy.NONE.value
     """The sandbox's network (rebench.network); imported METR runs are `full`."""
+    cost_usd: float | None = None
+    """Dollars spent (the agent's model plus its gateway requests; METR's `dollar_equivalent` for
+    imported runs); None where nothing was recorded, which is not the same as free."""
+    tokens: int | None = None
+    """The agent's model tokens (input + output); None where no model was recorded."""
+    working_s: float | None = None
+    """Working time the attempt used (own attempts); None for imported runs."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -260,6 +267,15 @@ def unmatched_filter(store: Store, filters: Filters) -> str | None:
     return None
 
 
+def _spend(attempt: Attempt, gateway: MeterUsage | None) -> dict[str, Any]:
+    """Cost, tokens and working time as recorded; a zero cost is "not recorded", never "free"."""
+    cost = float(attempt.cost_usd or 0.0) + (gateway.cost_usd if gateway else 0.0)
+    tokens = int(attempt.input_tokens or 0) + int(attempt.output_tokens or 0)
+    own = attempt.source == "own"
+    return {"cost_usd": cost if cost > 0 else None, "tokens": tokens if own and attempt.model else None,
+            "working_s": float(attempt.working_s) if own else None}
+
+
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
     info = info or default_info()
     normalizer = Normalizer(store, info)
@@ -313,6 +329,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 human=clock,
                 gateway=gateway.get(attempt.id),
                 network=str(attempt.network),
+                **_spend(attempt, gateway.get(attempt.id)),
             )
 
         runs, people = [record(a) for a in attempts], [record(a) for a in humans]
