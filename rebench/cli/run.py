@@ -72,6 +72,7 @@ def run_command(
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
     executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
+    ray_timeout: Annotated[str | None, typer.Option("--ray-timeout", help="How long joining the Ray cluster may take, e.g. 30s (default); past it the run fails with nothing written.")] = None,
     resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
 ) -> None:
@@ -102,6 +103,7 @@ def run_command(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=parse_gpus(gpus), network=network, final_rule=final_rule,
         env_params=_parse_pairs(env_param or [], "--env-param"), executor=executor, ray_address=ray_address,
+        ray_timeout_s=ray_timeout,
         agent=first, more_agents=more,
     )
     with _stopping(live):
