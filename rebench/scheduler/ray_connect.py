@@ -8,6 +8,7 @@ output sent to a log file in the cache. A campaign's rows are written only after
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -105,13 +106,15 @@ def join(ray: Any, address: str | None, timeout_s: float, env_vars: dict[str, st
     where = f"--ray-address {address}" if address is not None else "a Ray instance started on this machine"
     redirect = _StderrTo(ray_log_path())
     thread = threading.Thread(target=init, name="rebench-ray-init", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
+    try:
+        thread.start()
+        thread.join(timeout_s)
+    except BaseException:  # Ctrl-C while joining: the terminal gets its stderr back
+        redirect.keep()
+        raise
     if thread.is_alive():  # still retrying: its output stays in the log; Ray's exit hook would wait on it
         redirect.keep()
         with contextlib.suppress(Exception):
-            import atexit
-
             atexit.unregister(ray._private.worker.shutdown)
         raise RebenchError(f"no Ray cluster answers at {where} within {timeout_s:g} s "
                            f"(--ray-timeout; Ray's log: {ray_log_path()})")
