@@ -409,6 +409,11 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         check_gateway(env.profile(spec.profile).gateway)
         preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend,
                         cluster=spec.executor == "ray")
+    if spec.executor == "ray":  # join the cluster now: an unreachable one fails here, before any row
+        from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S
+        from rebench.scheduler.ray_executor import connect
+
+        connect(spec.ray_address, spec.ray_timeout_s or DEFAULT_TIMEOUT_S)
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()

@@ -63,6 +63,9 @@ class CampaignSpec(BaseModel):
     executor: Literal["local", "ray"] = Field(
         "local", description="local: this host's queue; ray: Ray tasks on a cluster (rebench.scheduler.ray_executor)")
     ray_address: str | None = Field(None, description="the Ray cluster to join; None: start one on this machine")
+    ray_timeout_s: float | None = Field(
+        None, description="how long joining the Ray cluster may take before the run fails (nothing written); "
+                          "None: 30 s")
     env_params: dict[str, str] = Field(
         default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
                                           "overrides the gateway's credit; a key of the profile's params "
@@ -73,7 +76,23 @@ class CampaignSpec(BaseModel):
         if self.ray_address is not None and self.executor != "ray":
             raise RebenchError(f"--ray-address {self.ray_address!r} is used only with --executor ray "
                                f"(this run's executor: {self.executor})")
+        if self.ray_timeout_s is not None and self.executor != "ray":
+            raise RebenchError(f"--ray-timeout {self.ray_timeout_s:g}s is used only with --executor ray "
+                               f"(this run's executor: {self.executor})")
         return self
+
+    @field_validator("ray_timeout_s", mode="before")
+    @classmethod
+    def _ray_timeout(cls, value: Any) -> Any:
+        bad = RebenchError(f"invalid --ray-timeout {value!r}: use a duration like 30s or 2m")
+        if isinstance(value, str):
+            try:
+                return parse_duration(value)
+            except RebenchError:
+                raise bad from None
+        if isinstance(value, int | float) and not value > 0:  # also refuses nan
+            raise bad
+        return value
 
     @field_validator("final_rule", mode="before")
     @classmethod

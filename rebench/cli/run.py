@@ -72,15 +72,19 @@ def run_command(
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
     executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
+    ray_timeout: Annotated[str | None, typer.Option("--ray-timeout", help="How long joining the Ray cluster may take, e.g. 30s (default); past it the run fails with nothing written.")] = None,
+    progress_every: Annotated[str | None, typer.Option("--progress-every", help="In a pipe or a log, print each running attempt's working time used and left, latest score, tokens and cost this often, e.g. 5m (default: $REBENCH_PROGRESS_EVERY, else 5m); off: never.")] = None,
     resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
     from rebench.scheduler.inventory import parse_gpus
+    from rebench.scheduler.progress_lines import progress_every as every
     from rebench.scheduler.view import CampaignLive
 
-    live = CampaignLive(db, console)  # progress bars under the log lines, on a terminal
+    # on a terminal, bars and attempt rows under the log lines; in a pipe, a line per attempt every few minutes
+    live = CampaignLive(db, console, every_s=every(progress_every))
 
     def planned(campaign: PlannedCampaign) -> None:
         _planned(campaign)
@@ -102,6 +106,7 @@ def run_command(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=parse_gpus(gpus), network=network, final_rule=final_rule,
         env_params=_parse_pairs(env_param or [], "--env-param"), executor=executor, ray_address=ray_address,
+        ray_timeout_s=ray_timeout,
         agent=first, more_agents=more,
     )
     with _stopping(live):
