@@ -52,14 +52,17 @@ def test_a_piped_run_prints_each_running_attempt_every_interval(fixture_envs: Pa
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, err[-2000:]
-    for text in (out, watched.stdout):
+    # the run prints a line a second over its 4 s budget; the watcher, started on a busy machine a few
+    # seconds late (a Python start-up), may catch fewer, but at least one
+    for text, least in ((out, 2), (watched.stdout, 1)):
         lines = [m.groups() for m in LINE.finditer(text)]
-        assert len(lines) >= 2, text  # one a second over a 4 s budget, from both processes
+        assert len(lines) >= least, text
         for attempt, used, left, _score, tokens, cost in lines:
             assert attempt == "1" and int(used) + int(left) in (3, 4, 5), text  # rounded to whole seconds
             assert (tokens, cost) == ("0", "0.0000")
         assert [int(used) for _, used, *_ in lines] == sorted(int(used) for _, used, *_ in lines)
-        assert "7" in [score for _, _, _, score, _, _ in lines], text  # the score call's raw value
+        if text is out:
+            assert "7" in [score for _, _, _, score, _, _ in lines], text  # the score call's raw value
         assert re.search(r"campaign 1: 0/1 done, 1 running, 0 queued; at most \d+s of budgets left", text), text
 
 
