@@ -511,7 +511,7 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
            environments: Sequence[str] = (), agents: Sequence[str] = (), source: str | None = None,
            estimator: str = "expected_max", n_bootstrap: int | None = None, seed: int | None = None,
            budgets: str | Sequence[str] = "30m,2h,8h,16h,32h", at: str = "8h",
-           exclude_above: float | None = None) -> Report | None:
+           exclude_above: float | None = None, strict: bool = False) -> Report | None:
     """Score@k per agent and total time budget, with bootstrap intervals and the human comparison;
     None when no finished attempt matches the filters. Options are those of `rebench report`;
     `rebench.report.render` prints or writes the result, `rebench.analysis.score_at_k` makes it a DataFrame."""
@@ -521,7 +521,8 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
 
     filters = Filters(campaigns=campaigns, environments=environments, agents=agents, source=source)
     settings = settings_from_options(estimator, DEFAULT_N_BOOTSTRAP if n_bootstrap is None else n_bootstrap,
-                                     DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above)
+                                     DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above,
+                                     strict)
     with using_store(db, read_only=True) as store:
         return make_report(store, filters, settings)
 

@@ -60,6 +60,8 @@ def report_command(
             help="Leave out runs with a normalized score above this (e.g. 2). Default: keep all, as METR did.",
         ),
     ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Leave out estimates whose k is above the runs behind "
+                                         "them (without it they are marked †: only the best of the n runs).")] = False,
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
     tree: Annotated[
         list[int] | None,
@@ -86,7 +88,7 @@ def report_command(
 
     report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
                          estimator=estimator, n_bootstrap=n_bootstrap, seed=seed, budgets=budgets, at=at,
-                         exclude_above=exclude_above)
+                         exclude_above=exclude_above, strict=strict)
     if fmt != "table":
         if out is None:
             typer.echo(score_rows_csv(report), nl=False)

@@ -61,7 +61,8 @@ def settings_line(report: Report) -> str:
 
 
 def _allocation(row: ScoreRow) -> str:
-    return Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    label = Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    return f"{label}†" if row.k > row.min_n else label
 
 
 def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:

@@ -21,6 +21,7 @@ def settings_from_options(
     budgets: str | Sequence[str] | None = None,
     at: str = "8h",
     exclude_above: float | None = None,
+    strict: bool = False,
 ) -> ReportSettings:
     """Validate user-typed options; each bad value is a one-line RebenchError."""
     if estimator not in ESTIMATORS:
@@ -39,6 +40,7 @@ def settings_from_options(
         total_budgets_s=totals,
         compare_at_s=compare_at,
         exclude_above=exclude_above,
+        strict=strict,
     )
 
 
