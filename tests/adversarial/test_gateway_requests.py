@@ -22,7 +22,8 @@ import pytest
 
 from rebench.environments.metadata import Gateway
 from rebench.gateway import GatewayServer, upstream_price
-from rebench.gateway.upstreams import LocalUpstream, OpenAIWireUpstream
+from rebench.gateway.upstream_http import OpenAIWireUpstream
+from rebench.gateway.upstream_local import LocalUpstream
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
@@ -209,21 +210,29 @@ def test_nesting_a_200000_deep_json_is_a_400_with_a_row(store: Store) -> None:
 
 
 def test_malformed_requests_each_get_an_http_error_and_a_row(store: Store) -> None:
+    limit = 16 * 1024 * 1024
+
     async def attack() -> list[bytes]:
         async with gateway_at(store, gateway()) as (server, _, port):
+            server.body_idle_s = 1.0
             token = server.meters["agent"].token
             return [
                 await raw(port, b"nonsense\r\n\r\n"),
                 await raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nno colon here\r\n\r\n"),
                 await raw(port, post(CHAT, token, b"{not json")),
                 await raw(port, post(CHAT, token, b"zz\r\nab\r\n0\r\n\r\n", chunked=True)),
-                # declares 17 MB in one chunk and sends three bytes: refused at once, not awaited
+                # a chunk past the size limit: refused as soon as its bytes pass it, the rest not awaited
+                await raw(port, post(CHAT, token, b"%x\r\n" % (limit + 10) + b"a" * (limit + 1), chunked=True),
+                          timeout=5),
+                # declares 17 MB in one chunk, sends three bytes and stalls: refused once the body stops coming
                 await raw(port, post(CHAT, token, b"1100000\r\nabc", chunked=True), timeout=5),
+                await raw(port, b"GET /v1/models HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n"),
             ]
 
     answers = asyncio.run(attack())
-    assert [a[:12] for a in answers] == [b"HTTP/1.1 400"] * 4 + [b"HTTP/1.1 413"]
-    assert [r.status for r in rows(store)] == [400, 400, 400, 400, 413]
+    assert [a[:12] for a in answers] == [b"HTTP/1.1 400"] * 4 + [b"HTTP/1.1 413", b"HTTP/1.1 408", b"HTTP/1.1 400"]
+    assert b"over 100 headers" in answers[-1]
+    assert [r.status for r in rows(store)] == [400, 400, 400, 400, 413, 408, 400]
 
 
 def test_a_flood_of_bad_tokens_is_counted_not_written_row_by_row(store: Store) -> None:
