@@ -330,3 +330,37 @@ def test_the_scoring_pause_lasts_while_the_scorer_or_the_subject_waits(store: St
         return seen
 
     assert asyncio.run(spans()) == [True, False, True, False]
+
+
+# -- the Responses and Messages endpoints --------------------------------------------------------------
+
+def test_provider_side_tools_and_provider_kept_state_never_reach_the_provider(store: Store) -> None:
+    """A tool the provider runs (web search, fetching a URL, code execution, an MCP server) would be a way
+    out of a sandbox with no network, paid by the operator; stored responses and background runs would keep
+    the attempt's state on the provider. All refused with 400, before anything is sent."""
+    responses = [{"tools": [{"type": "web_search"}]}, {"tools": [{"type": "code_interpreter", "container": {}}]},
+                 {"store": True}, {"previous_response_id": "resp_1"}, {"background": True}]
+    messages = [{"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+                {"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]},
+                {"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "x"}]},
+                {"metadata": {"user_id": "u", "extra": "x"}}]
+
+    async def attack(fake: FakeModelServer) -> list[tuple[int, str]]:
+        async with gateway_at(store, provider_gateway(), fake) as (server, _, port):
+            token = server.meters["agent"].token
+            answers = []
+            for path, base, extras in (("/v1/responses", {"model": "tiny-1", "input": "hi"}, responses),
+                                       ("/v1/messages", {"model": "tiny-1", "max_tokens": 8, "messages": [
+                                           {"role": "user", "content": "hi"}]}, messages)):
+                for extra in extras:
+                    answer = await raw(port, post(path, token, json.dumps({**base, **extra}).encode()))
+                    answers.append((int(answer[9:12]), answer.decode(errors="replace")))
+            return answers
+
+    with FakeModelServer([]) as fake:
+        answers = asyncio.run(attack(fake))
+        reached = len(fake.requests)
+    assert [status for status, _ in answers] == [400] * 9, answers
+    assert reached == 0
+    assert "'web_search'" in answers[0][1] and "'web_search_20250305'" in answers[5][1]
+    assert "mcp_servers" in answers[7][1]
