@@ -85,6 +85,7 @@ async def chat_stream(sdk: openai.AsyncOpenAI, **extra: Any) -> tuple[list[str],
     return texts, chunks
 
 
+@pytest.mark.slow
 def test_streams_pass_through_chunk_by_chunk_and_are_charged_their_final_usage(store: Store) -> None:
     steps = [{"text": "one two three four", "usage": {"input_tokens": 9, "output_tokens": 4}}] * 4
 
@@ -153,6 +154,7 @@ def test_tool_calls_pass_through_unchanged_in_both_providers_formats(store: Stor
     assert sent_tools == [[TOOL], [TOOL], [anthropic_tool], [anthropic_tool]]  # unchanged
 
 
+@pytest.mark.slow
 def test_a_stream_cut_by_the_upstream_ends_with_an_error_event_not_a_hang(store: Store) -> None:
     """Dropped mid-body (502) or stalled past the gateway's timeout of 1 s (504), in each client's API."""
     cut = {"text": "a b c d e f", "cut_after": 4}
@@ -191,6 +193,7 @@ def test_a_stream_cut_by_the_upstream_ends_with_an_error_event_not_a_hang(store:
     assert worst > 0 and all("charged its reservation" in (r.error or "") for r in metered)
 
 
+@pytest.mark.slow
 def test_looping_until_refused_ends_in_a_429_and_never_spends_past_the_credit(store: Store) -> None:
     """Four clients stream in a loop: each ends refused, and the credit is never overshot (the worst case of
     each request is reserved before it is sent, so the overshoot stays under the concurrency limit's worth)."""

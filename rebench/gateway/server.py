@@ -353,6 +353,8 @@ class GatewayServer:
     def record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
                 tokens: tuple[int, int] = (0, 0), cost: float = 0.0, error: str | None = None) -> None:
         """One gateway_requests row, written off the request's path (rebench.gateway.records)."""
+        if self.store is None:  # scoring outside an attempt (calibration): nothing to meter it against
+            return
         self.records.add(GatewayRequest(
             attempt_id=self.attempt_id, meter=meter.name if meter else "unauthorized", model=model,
             endpoint=endpoint, status=status, input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost,
