@@ -15,6 +15,8 @@ UNAUTHORIZED_ROWS = 20
 """Requests without a valid token recorded one row each, per gateway; past them one summary row
 counts the rest (updated every SUMMARY_EVERY and when the gateway closes)."""
 SUMMARY_EVERY = 100
+BATCH_S = 0.05
+"""Rows gather this long before one transaction commits them all (as the attempt recorder's events do)."""
 
 
 class Records:
@@ -27,6 +29,8 @@ class Records:
         """Rows, and summary texts (a str: the summary row's new error)."""
         self._writer: asyncio.Task[None] | None = None
         self._summary_id: int | None = None
+        self._now = asyncio.Event()
+        """Set by `flush`: the writer commits at once instead of gathering a batch."""
         self.unauthorized = 0
 
     def add(self, row: GatewayRequest) -> None:
@@ -51,6 +55,9 @@ class Records:
             self._writer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(BATCH_S):
+                await self._now.wait()
         while self._pending:
             batch, self._pending = self._pending, []
             with contextlib.suppress(Exception):  # a failed write never fails a request
@@ -77,5 +84,9 @@ class Records:
         """Every row queued so far committed (the summary brought up to date first)."""
         if self.unauthorized > UNAUTHORIZED_ROWS:
             self._queue(self._summary_text())
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        self._now.set()
+        try:
+            while self._writer is not None and not self._writer.done():
+                await asyncio.shield(self._writer)
+        finally:
+            self._now.clear()

@@ -299,7 +299,8 @@ class GatewayServer:
         task = asyncio.ensure_future(call())
         answered = False
         try:
-            result = await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
+            async with asyncio.timeout(self.gateway.timeout_s):
+                result = await asyncio.shield(task)
             answered = True
             return result
         except UpstreamError as exc:
