@@ -16,6 +16,12 @@ ANCHOR_REFERENCE), and `window_anchors` derives the anchors from those rows, for
 for every report alike. Intermediate scores (the score log, RE-Bench's own rule) are still
 normalized with the anchors in force (calibrated here, else declared): they were measured
 during the attempt, not in the window.
+
+Trust: the anchors are scored in the agent's sandbox, so a worse reference anchor there would
+raise the agent's score. They are scored, like the candidates, only once the agent's processes
+are dead (a human's SSH gate closed), each solution laid into an emptied solution folder; a
+process left behind to spoil them is the attack tests/adversarial/test_window_anchors.py makes.
+The reference solution is in the sandbox only then, and the sandbox is stopped right after.
 """
 
 from __future__ import annotations
