@@ -112,7 +112,8 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
     """One row per attempt, own and imported, retries included (`counted` False marks a retried failure).
 
     `final_normalized` is as stored when the attempt ended; `score_at_k` re-normalizes own
-    attempts with the anchors in force now. `source`: only `own` or only `imported` attempts.
+    attempts with the anchors in force now (a re-scored timing: its re-scoring window's).
+    `source`: only `own` or only `imported` attempts.
     """
     from sqlalchemy import select
 
@@ -133,8 +134,9 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
 
 
 def score_events(db: Store | Path | str | None = None) -> pd.DataFrame:
-    """One row per score call of an own attempt: `baseline` (the starting solution, scored in a pause)
-    and `intermediate` (the agent's calls); `raw` is NaN when the call was invalid."""
+    """One row per score call of an own attempt: `baseline` (the starting solution, scored in a pause),
+    `intermediate` (the agent's calls) and, under rescore_best, `rescore` and the window's
+    `anchor_start`/`anchor_reference` (rebench.scoring.window); `raw` is NaN when the call was invalid."""
     from sqlalchemy import select
 
     from rebench.store.models import ScoreEvent

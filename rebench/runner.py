@@ -48,6 +48,7 @@ from rebench.scoring.rescore import (
     rescore,
 )
 from rebench.scoring.run import run_scoring
+from rebench.scoring.window import anchor_solutions, final_anchors, uses_window_anchors
 from rebench.store.db import Store
 from rebench.store.models import (
     Attempt,
@@ -456,7 +457,14 @@ class AttemptRunner:
                            "(best intermediate score)")
             return None
         with self.store.session() as session:
-            profile = self.env.profile(session.get_one(Attempt, attempt_id).profile)
+            profile_name = session.get_one(Attempt, attempt_id).profile
+        profile = self.env.profile(profile_name)
+        anchors = None
+        if uses_window_anchors(profile, self.rule_of(profile)):
+            anchors = anchor_solutions(self.env, profile_name, assets_dir(self.env, profile_name, build=False))
+            if anchors is None:
+                recorder.event("note", message="no window anchors: the reference solution is made by its run.sh; "
+                               "the final score is normalized with the anchors in force")
         self.progress(attempt_id, "re-scoring the best solutions")
         if score_snapshots is not None:
             taken = score_snapshots.taken
@@ -465,8 +473,8 @@ class AttemptRunner:
         return await rescore(
             sandbox, taken, candidates=profile.rescore.candidates, repeats=profile.rescore.repeats,
             direction=profile.direction, timeout_s=profile.score_timeout_s,
-            record=lambda result, extra: recorder.score(result, ScoreKind.RESCORE, extra),
-            log=lambda message: self.progress(attempt_id, message), tokens=tokens)
+            record=lambda result, kind, extra: recorder.score(result, kind, extra),
+            log=lambda message: self.progress(attempt_id, message), tokens=tokens, anchors=anchors)
 
     def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
         with self.store.session() as session:
@@ -489,8 +497,14 @@ class AttemptRunner:
             if rescoring and summary is not None:
                 final, final_rule = summary.final_raw, "rescore_best"
             anchors = resolve_anchors(self.store, self.env, attempt.profile)
+            # The final score's anchors: the re-scoring window's where it measured them (derived from
+            # the score rows, as reports derive them); intermediate scores keep the anchors in force.
+            window = session.scalars(select(ScoreEvent).where(
+                ScoreEvent.attempt_id == attempt_id,
+                ScoreEvent.kind.in_([ScoreKind.ANCHOR_START, ScoreKind.ANCHOR_REFERENCE]))).all()
+            scale = final_anchors(final_rule, window, profile.direction, anchors)
             outcome.final_raw = final
-            outcome.final_normalized = normalize(final, anchors.start, anchors.reference)
+            outcome.final_normalized = normalize(final, scale.start, scale.reference)
             outcome.working_s = clock.working_seconds()
             attempt.status = outcome.status
             attempt.error_source = outcome.error_source
@@ -501,7 +515,7 @@ class AttemptRunner:
             attempt.final_rule = final_rule
             attempt.rule_raw = rule_raw
             attempt.rule_normalized = normalize(rule_raw, anchors.start, anchors.reference)
-            attempt.anchors_kind = anchors.kind
+            attempt.anchors_kind = scale.kind
             attempt.wall_s = clock.wall_seconds()
             attempt.working_s = clock.working_seconds()
             attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)

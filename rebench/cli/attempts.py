@@ -14,8 +14,20 @@ from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
+from rebench.report.known_environments import default_info
 from rebench.report.tree import tree_from_events, tree_lines
-from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, HumanSession, Pause, ScoreEvent
+from rebench.scoring.rescore import WindowAnchors
+from rebench.scoring.window import WINDOW, window_anchors
+from rebench.store.models import (
+    ATTEMPT_STATUSES,
+    Attempt,
+    Event,
+    EventKind,
+    HumanSession,
+    Pause,
+    ScoreEvent,
+    ScoreKind,
+)
 from rebench.tables import Col, print_table
 
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
@@ -82,6 +94,37 @@ def _rule_note(detail: dict[str, Any]) -> str:
     failed = f", {detail['rescore_failed']} failed" if detail["rescore_failed"] else ""
     return (f", re-scored ({repeats} re-scores{failed}); RE-Bench rule (best intermediate): raw "
             f"{fmt(detail['rule_raw'], 4)}, normalized {fmt(detail['rule_normalized'])}")
+
+
+def _window_detail(attempt: Attempt, session: Session) -> dict[str, Any] | None:
+    """The anchors measured in the attempt's re-scoring window (rebench.scoring.window), from its
+    score rows, and whether its final score was normalized with them; None without such rows."""
+    rows = list(session.scalars(select(ScoreEvent).where(
+        ScoreEvent.attempt_id == attempt.id,
+        ScoreEvent.kind.in_([ScoreKind.ANCHOR_START, ScoreKind.ANCHOR_REFERENCE]))))
+    if not rows:
+        return None
+    env = default_info().folder(attempt.environment)
+    if env is not None and attempt.profile in env.metadata.profiles:
+        window = window_anchors(rows, env.profile(attempt.profile).direction)
+    else:  # no environment folder here: the medians the runner noted when it re-scored
+        notes = [e.data.get("data", {}).get("anchors") for e in session.scalars(select(Event).where(
+            Event.attempt_id == attempt.id, Event.kind == EventKind.NOTE).order_by(Event.seq))
+            if e.data.get("message") == "re-scored"]
+        window = WindowAnchors.model_validate(notes[-1]) if notes and notes[-1] else None
+    if window is None:
+        return None
+    return {**window.model_dump(), "used": attempt.anchors_kind == WINDOW}
+
+
+def _window_line(window: dict[str, Any]) -> str:
+    def side(median: float | None, raws: list[float | None]) -> str:
+        return f"{fmt(median, 4)} (median of {', '.join(fmt(r, 4) for r in raws)})"
+
+    used = ("the final score is normalized with them; intermediate scores with the anchors in force"
+            if window["used"] else "not used (an anchor had no valid median, or re-scoring did not finish)")
+    return (f"window anchors, measured beside the re-scores: start {side(window['start'], window['start_raws'])}, "
+            f"reference {side(window['reference'], window['reference_raws'])}; {used}")
 
 
 @app.command("list")
@@ -162,6 +205,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         human = session.get(HumanSession, attempt_id)
         if human is not None:
             detail.update(_human_detail(session, attempt, human))
+        detail["window_anchors"] = _window_detail(attempt, session)
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -186,6 +230,8 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         highlight=False,
     )
     console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
+    if detail["window_anchors"] is not None:
+        console.print(Text(_window_line(detail["window_anchors"])))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:

@@ -67,6 +67,11 @@ class Rescore(_Strict):
     repeats: int = Field(5, ge=1, le=50)
     snapshot_each_score: bool = True
     """Snapshot the solution folder at every score call, so each scored version can be re-scored."""
+    window_anchors: bool = True
+    """On a `hardware_dependent` profile, score the starting and reference solutions in the same
+    sandbox, interleaved with the candidates' re-scores, and normalize the final score with those
+    anchors (rebench.scoring.window): a machine whose speed drifts between calibration and the
+    attempt's end then moves all three alike."""
 
 
 class Asset(_Strict):

@@ -4,7 +4,8 @@ An attempt counts when it finished (`done`, `limit` or `error`, scoring what it 
 and is marked counted (an infrastructure failure that was retried is not); an
 interrupted attempt says nothing about the agent. Own attempts are normalized from
 their raw final score with the anchors in force (calibrated on this hardware, else
-declared); imported ones carry METR's normalized score. Where the final score was re-scored
+declared), or with their re-scoring window's anchors where it measured them
+(rebench.scoring.window); imported ones carry METR's normalized score. Where the final score was re-scored
 (final_rule = "rescore_best") that is the counted number, and RE-Bench's rule is carried beside it.
 Attempts with a score log also carry their score-over-time curve, which lets an attempt stand in
 for a shorter one.
@@ -31,6 +32,7 @@ from rebench.human.worktime import corrected_at, working_time
 from rebench.network import NetworkPolicy
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
+from rebench.scoring.window import final_anchors
 from rebench.store import Attempt, ScoreEvent, Store
 from rebench.store.models import Campaign, HumanSession, Pause, PauseCorrection
 
@@ -58,7 +60,7 @@ class RunRecord:
     source: str
     budget_s: float
     score: float
-    anchors: str = "declared"  # declared | calibrated | imported | stored
+    anchors: str = "declared"  # declared | calibrated | window | imported | stored
     profile: str = ""
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
@@ -150,15 +152,17 @@ class Normalizer:
             return normalize(attempt.rule_raw, spec[1].start, spec[1].reference)
         return max(0.0, float(attempt.rule_normalized)) if attempt.rule_normalized is not None else 0.0
 
-    def final(self, attempt: Attempt) -> tuple[float, str]:
+    def final(self, attempt: Attempt, events: Sequence[ScoreEvent] = ()) -> tuple[float, str]:
         """The normalized final score and the kind of anchors behind it.
 
-        Own attempts are normalized from the raw score (the source of truth) with the
-        anchors in force; without the environment folder the stored value is used.
+        Own attempts are normalized from the raw score (the source of truth) with the anchors
+        their re-scoring window measured (`events`: their score rows, rebench.scoring.window),
+        else with the anchors in force; without the environment folder the stored value is used.
         """
         spec = self.spec(attempt.environment, attempt.profile) if attempt.source == "own" else None
         if spec is not None:
-            return normalize(attempt.final_raw, spec[1].start, spec[1].reference), spec[1].kind
+            anchors = final_anchors(attempt.final_rule, events, spec[0].direction, spec[1])
+            return normalize(attempt.final_raw, anchors.start, anchors.reference), anchors.kind
         stored = attempt.final_normalized
         kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
         return (max(0.0, float(stored)) if stored is not None else 0.0), kind
@@ -310,7 +314,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
         clocks = _human_clocks(session, [a for a in attempts + humans if a.source == "own" and a.agent == HUMAN_AGENT])
 
         def record(attempt: Attempt) -> RunRecord:
-            score, anchors = normalizer.final(attempt)
+            score, anchors = normalizer.final(attempt, events.get(attempt.id, []))
             rule = normalizer.rule(attempt)
             clock, at = clocks.get(attempt.id, (None, None))
             return RunRecord(

@@ -56,6 +56,10 @@ class ScoreKind(StrEnum):
     FINAL = "final"
     RESCORE = "rescore"
     """A re-score of a kept snapshot after the attempt ended (final_score = "rescore_best")."""
+    ANCHOR_START = "anchor_start"
+    """The starting solution, scored in the re-scoring window beside the candidates (rebench.scoring.window)."""
+    ANCHOR_REFERENCE = "anchor_reference"
+    """The reference solution, scored in the re-scoring window beside the candidates."""
 
 
 class EventKind(StrEnum):
@@ -200,7 +204,7 @@ class Attempt(Base):
     # RE-Bench's own rule (best or last intermediate score), kept beside a re-scored final
     rule_raw: Mapped[float | None] = mapped_column(Float)
     rule_normalized: Mapped[float | None] = mapped_column(Float)
-    anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | imported
+    anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | window | imported
     snapshot_path: Mapped[str | None] = mapped_column(Text)
     import_sha256: Mapped[str | None] = mapped_column(String(64))
     import_row: Mapped[int | None] = mapped_column(Integer)
