@@ -35,6 +35,7 @@ def load(name: str, path: Path) -> ModuleType:
 
 
 language = load("chat_language_under_test", ENV_DIR / "language.py")
+annotator = load("chat_annotator_under_test", ENV_DIR / "annotator.py")
 judge_module = load("chat_judge_under_test", ENV_DIR / "judge.py")
 chat = load("chat", ENV_DIR / "scoring" / "chat.py")
 evaluation = load("evaluation", ENV_DIR / "scoring" / "evaluation.py")
@@ -42,10 +43,11 @@ score_module = load("chat_score_under_test", ENV_DIR / "scoring" / "score.py")
 
 
 def write_world(assets: Path, seed: int = 15) -> None:
-    """What build.py writes for the judge (no training needed)."""
+    """What build.py writes for the judge (no training needed): its world and the annotator files."""
     world = {**language.world(seed), "all_colors": language.COLORS}
     (assets / "judge").mkdir(parents=True)
     (assets / "judge" / "world.json").write_text(json.dumps({"world": world, "templates": language.TEMPLATES}))
+    annotator.write_annotator(assets / "home")
 
 
 @pytest.fixture
@@ -91,14 +93,18 @@ def test_degenerate_answers_lose_to_a_plain_right_answer(judge: Any) -> None:
                 assert judge.first_preferred(prompt, right, bad), (prompt, bad)
 
 
-def test_the_judge_model_answers_the_requests_evaluation_py_sends(judge: Any) -> None:
-    model = judge_module.JudgeModel(judge)
-    request = evaluation.TEMPLATE.format(prompt="name a fruit .", first="dog is a fruit .", second="apple is a fruit .")
-    prompt = model.chat_prompt([{"role": "system", "content": "x"}, {"role": "user", "content": request}])
-    assert model.verdict(prompt) == "2"
-    [completion] = model.generate(prompt, n=1, temperature=1.0, max_tokens=1, seed=5)
-    assert completion.text == "2" and completion.output_tokens == 1
-    assert model.verdict("which is better, 1 or 2?")[:1] not in ("1", "2")
+def test_the_judge_model_answers_the_requests_evaluation_py_sends(tmp_path: Path) -> None:
+    """The tiny judge reads the annotator request evaluation.py builds and answers a ranking its
+    parser reads, whichever response is model_1; anything else gets an unreadable answer."""
+    write_world(tmp_path)
+    model = judge_module.load(tmp_path)
+    request = evaluation.load_annotator(tmp_path / "home" / "annotator").request
+    for first, second, rank in [("dog is a fruit .", "apple is a fruit .", 2), ("apple is a fruit .", "dog", 1)]:
+        prompt = model.chat_prompt(request("chat-judge-tiny", "name a fruit .", first, second)["messages"])
+        [completion] = model.generate(prompt, n=1, temperature=1.0, max_tokens=100, seed=5)
+        assert evaluation.ranking_parser(completion.text) == rank, completion
+        assert completion.finish_reason == "stop"
+    assert evaluation.ranking_parser(model.verdict("which is better, 1 or 2?")) is None
 
 
 @pytest.fixture
@@ -125,10 +131,11 @@ def served_judge(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 def scoring_folders(tmp_path: Path, base_url: str, token: str, prompts: list[str],
                     baselines: dict[str, list[str]]) -> dict[str, Any]:
-    """home (vocab, untrained student), protected (prompts, baseline outputs, gateway.env), solution."""
+    """home (vocab, untrained student, annotator), protected (prompts, baseline outputs, gateway.env), solution."""
     home, protected, solution = (tmp_path / name for name in ("home", "protected", "solution"))
     for folder in (home, protected / "reference_outputs", solution):
         folder.mkdir(parents=True)
+    annotator.write_annotator(home)
     vocab = [*chat.SPECIALS, *language.vocabulary()]
     (home / "vocab.json").write_text(json.dumps(vocab))
     torch.manual_seed(0)
