@@ -169,17 +169,23 @@ def paper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ll
 def test_the_paper_scorer_asks_llama_with_alpaca_evals_request(
         tmp_path: Path, paper_gateway: tuple[LlamaStandIn, str, str, Any]) -> None:
     """The paper profile's scorer, through its gateway, sends the installed annotator's request
-    (messages, temperature, token limit) for every pair, with the student's answer as model_1 on
+    (messages, temperature, token limit; from its own copy of the annotator files, not from the
+    agent's home, where the agent could replace them) for every pair, with the student's answer as model_1 on
     some pairs and model_2 on others; rankings are mapped back through that coin, and an answer the
     ranking parser cannot read is a loss. CPU only: a 2-layer student with a word vocabulary
     stands in for GPT-2 XL and its BPE."""
     stand_in, base_url, token, pattern = paper_gateway
     params = {**PROFILES["paper"]["params"], "student_config": PROFILES["ci"]["params"]["student_config"],
               "device": "cpu", "judge_workers": 4}
-    home, protected, solution = (tmp_path / name for name in ("home", "protected", "solution"))
+    home, protected, solution = (tmp_path / name for name in ("scoring_home", "protected", "solution"))
     for folder in (home, protected / "reference_outputs", solution):
         folder.mkdir(parents=True)
     annotator.write_annotator(home)
+    agents_home = tmp_path / "home"  # the agent owns it: its annotator files are not the scorer's
+    annotator.write_annotator(agents_home)
+    template = agents_home / "annotator" / json.loads((agents_home / "annotator" / "annotator.json").read_text())[
+        "prompt_template"]
+    template.write_text(template.read_text().replace("humans", "the grader"))
     (home / "vocab.json").write_text(json.dumps([*chat.SPECIALS, *language.vocabulary()]))
     torch.manual_seed(0)
     chat.save_checkpoint(GPT(GPTConfig(**params["student_config"])), home / "student_model.pt")
@@ -190,8 +196,8 @@ def test_the_paper_scorer_asks_llama_with_alpaca_evals_request(
             json.dumps({"prompt": p, "output": f"{stem} {i}"}) + "\n" for i, p in enumerate(prompts)))
     (protected / "gateway.env").write_bytes(env_file(base_url, token, "llama-3-8b-instruct"))
 
-    result = score_module.score({**params, "home": str(home), "protected": str(protected),
-                                 "solution": str(solution)})
+    result = score_module.score({**params, "home": str(agents_home), "scoring_home": str(home),
+                                 "protected": str(protected), "solution": str(solution)})
 
     assert result["message"]["win_rate_vs_gpt2-xl"] == 1.0, result
     assert result["message"]["win_rate_vs_gpt2-alpaca"] == 0.0, result
