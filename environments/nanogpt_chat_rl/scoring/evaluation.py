@@ -122,8 +122,11 @@ def load_annotator(folder: str | Path | None = None) -> Annotator:
     fields = _FIELD.findall(text)
     if sorted(fields) != sorted(PLACEHOLDERS):
         raise AnnotatorError(f"the template's placeholders are {fields}; expected each of {list(PLACEHOLDERS)} once")
+    temperature, max_tokens = settings.get("temperature"), settings.get("max_tokens")
+    if not isinstance(temperature, int | float) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise AnnotatorError(f"temperature {temperature!r} and max_tokens {max_tokens!r} must be numbers")
     return Annotator(name=str(settings["annotator"]), messages=tuple(template_messages(text)),
-                     temperature=float(settings["temperature"]), max_tokens=int(settings["max_tokens"]))
+                     temperature=temperature, max_tokens=max_tokens)  # as configured (AlpacaEval sends 0, not 0.0)
 
 
 def ranking_parser(completion: str, model_1_name: str = "model_1") -> int | None:
