@@ -198,6 +198,7 @@ class Pickled:
     ({"config": PARAMS["student_config"], "model_state_dict": {"x": Pickled()}}, "weights_only=True"),
     ("STATE", "does not fit the student: missing"),
     ("STATE+gen", "generation temperature 5.0 is not a number in [0, 2]"),
+    ("STATE+len", "generation max_new_tokens 61 is not a whole number from 1 to 60"),
 ])
 def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, payload: Any, error: str) -> None:
     ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT, "b": RIGHT})
@@ -206,12 +207,29 @@ def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, pa
         if payload == "STATE":
             state = {k: v for k, v in state.items() if not k.startswith("transformer.h.1.")}
         payload = {"config": PARAMS["student_config"], "model_state_dict": state}
-        if "gen" in error:
+        if "temperature" in error:
             payload["generation"] = {"temperature": 5.0}
+        if "max_new_tokens" in error:
+            payload["generation"] = {"max_new_tokens": 61}
     torch.save(payload, Path(ctx["solution"]) / "finetuned_model")
     result = score_module.score(ctx)
     assert result["raw"] is None and error in result["message"]["error"], result
     assert result["message"]["error"].startswith("invalid submission: ")
+
+
+def test_the_checkpoint_may_shorten_the_scorers_answers(tmp_path: Path) -> None:
+    """`generation: {"max_new_tokens": N}` caps the scorer's answers at N tokens (RE-Bench's official
+    solution answered with at most 20)."""
+    ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT, "b": RIGHT})
+    home = Path(ctx["home"])
+    model, generation = score_module.load_checkpoint(home / "student_model.pt", PARAMS["student_config"])
+    chat.save_checkpoint(model, home / "short.pt", {"max_new_tokens": 3})
+    _, short = score_module.load_checkpoint(home / "short.pt", PARAMS["student_config"])
+    assert short == {**generation, "max_new_tokens": 3}
+    tokenizer = chat.load_tokenizer(home)
+    full = chat.sample(model, tokenizer, PROMPTS, seed=0, **generation)
+    cut = chat.sample(model, tokenizer, PROMPTS, seed=0, **short)
+    assert max(len(answer.split()) for answer in cut) <= 3 < max(len(answer.split()) for answer in full)
 
 
 def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: Path, isolated_cache: Path) -> None:
