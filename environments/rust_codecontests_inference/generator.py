@@ -5,9 +5,15 @@
 `solution` is a correct Rust 2018 program. Every problem is one *task* (a family of input
 shape, an operation, its constants, the wording of the statement and its opening sentence);
 the task's key is hashed into a split, so the model's training problems ("train") share no
-task, hence no description, with the validation or hidden problems. Held-out tasks reuse the
-operations and wordings of training tasks with other constants and combinations, so a model
-must read the statement (constants, operation, wording) to solve them.
+task, hence no description, with the validation or hidden problems.
+
+The operations themselves are split too: the validation problems ("valid", which the agent
+sees) use only the operations of `VISIBLE_OPS`, the hidden problems ("test") only the others,
+and the model trains on all of them. A scaffold that writes the programs itself from the
+statements it saw in the validation split (their templates, the operations behind them) has
+nothing to match on the hidden split; the model, trained on every operation with other
+constants and combinations, still reads the hidden statements. Names are random ids: they say
+nothing about the operation.
 
 Standard library only: build.py and the model's training import it.
 """
@@ -145,6 +151,29 @@ _OPS: list[Op] = [
        lambda v, k, b, c: _yes(v[0] == v[0][::-1]), output="Print YES if it is, and NO otherwise."),
 ]
 
+# The operations the validation split may use; the hidden split uses every other one. Each
+# family has some on both sides, and operations that suggest each other (greater/less than,
+# even/odd, max/min in any family, add/subtract a constant) stay on one side, so the visible
+# statements do not spell out the hidden ones.
+VISIBLE_OPS: frozenset[tuple[str, str]] = frozenset({
+    ("pair", "add"), ("pair", "sub"), ("pair", "lin"), ("pair", "absdiff"),
+    ("single", "affine"), ("single", "affsub"), ("single", "square"),
+    ("array", "sum"), ("array", "sumk"), ("array", "sumsq"), ("array", "countgt"), ("array", "countlt"),
+    ("array", "counteq"),
+    ("map", "addk"), ("map", "subk"),
+    ("string", "len"), ("string", "countc"), ("string", "vowels"),
+})
+
+
+def split_ops(split: str) -> list[Op]:
+    """The operations a split's problems use: all for "train", VISIBLE_OPS for "valid", the rest for "test"."""
+    if split not in _BUCKETS:
+        raise ValueError(f"unknown split {split!r}: allowed are {', '.join(SPLITS)}")
+    if split == "train":
+        return list(_OPS)
+    return [op for op in _OPS if ((op.family, op.name) in VISIBLE_OPS) == (split == "valid")]
+
+
 _INTROS = (
     "",
     "Little Petya loves numbers.",
@@ -249,8 +278,8 @@ def _bucket(key: tuple[Any, ...]) -> int:
     return int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:4], "big") % 100
 
 
-def _problem(rng: random.Random) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    op = rng.choice(_OPS)
+def _problem(rng: random.Random, ops: list[Op]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    op = rng.choice(ops)
     k = rng.randint(2, 30) if "k" in op.consts else 0
     b = rng.randint(1, 50) if "b" in op.consts else 0
     c = rng.choice("abcdefghijklmnopqrstuvwxyz") if "c" in op.consts else ""
@@ -273,12 +302,12 @@ def _problem(rng: random.Random) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """`n` problems of `split` ("train", "valid" or "test"), the same for the same (split, n, seed)."""
-    if split not in _BUCKETS:
-        raise ValueError(f"unknown split {split!r}: allowed are {', '.join(SPLITS)}")
+    ops = split_ops(split)
     rng = random.Random(f"rust-problems:{split}:{seed}")
+    names = random.Random(f"rust-names:{split}:{seed}")  # apart from `rng`: a name says nothing of its problem
     problems: list[dict[str, Any]] = []
     while len(problems) < n:
-        key, problem = _problem(rng)
+        key, problem = _problem(rng, ops)
         if _bucket(key) in _BUCKETS[split]:
-            problems.append({"name": f"{split}-{seed}-{len(problems):05d}-{key[0]}-{key[1]}", **problem})
+            problems.append({"name": f"p{names.getrandbits(48):012x}", **problem})
     return problems
