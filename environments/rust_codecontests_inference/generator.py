@@ -279,8 +279,7 @@ def _bucket(key: tuple[Any, ...]) -> int:
     return int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:4], "big") % 100
 
 
-def _problem(rng: random.Random, ops: list[Op]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    op = rng.choice(ops)
+def _problem(rng: random.Random, op: Op) -> tuple[tuple[Any, ...], dict[str, Any]]:
     k = rng.randint(2, 30) if "k" in op.consts else 0
     b = rng.randint(1, 50) if "b" in op.consts else 0
     c = rng.choice("abcdefghijklmnopqrstuvwxyz") if "c" in op.consts else ""
@@ -301,14 +300,39 @@ def _problem(rng: random.Random, ops: list[Op]) -> tuple[tuple[Any, ...], dict[s
     }
 
 
+_TRIES = 300  # draws of one operation's tasks before it counts as used up in a held-out split
+
+
+def _draw(rng: random.Random, split: str, ops: list[Op],
+          used: set[tuple[Any, ...]]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """One problem of `split`. Train: an operation, then its task, kept when the task falls in the
+    split. Held-out splits: an operation (each equally likely), then a task of it in the split not
+    used yet; an operation with none left is dropped, so the few tasks of an operation without
+    constants are neither repeated nor drawn more often than the others'."""
+    if split == "train":
+        key, problem = _problem(rng, rng.choice(ops))
+        return (key, problem) if _bucket(key) in _BUCKETS[split] else None
+    op = rng.choice(ops)
+    for _ in range(_TRIES):
+        key, problem = _problem(rng, op)
+        if _bucket(key) in _BUCKETS[split] and key not in used:
+            used.add(key)
+            return key, problem
+    ops.remove(op)
+    return None
+
+
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """`n` problems of `split` ("train", "valid" or "test"), the same for the same (split, n, seed)."""
     ops = split_ops(split)
     rng = random.Random(f"rust-problems:{split}:{seed}")
     names = random.Random(f"rust-names:{split}:{seed}")  # apart from `rng`: a name says nothing of its problem
     problems: list[dict[str, Any]] = []
+    used: set[tuple[Any, ...]] = set()
     while len(problems) < n:
-        key, problem = _problem(rng, ops)
-        if _bucket(key) in _BUCKETS[split]:
-            problems.append({"name": f"p{names.getrandbits(48):012x}", **problem})
+        if not ops:
+            raise ValueError(f"the {split} split has fewer than {n} distinct problems")
+        drawn = _draw(rng, split, ops, used)
+        if drawn is not None:
+            problems.append({"name": f"p{names.getrandbits(48):012x}", **drawn[1]})
     return problems

@@ -72,6 +72,8 @@ def test_hidden_problems_use_only_operations_the_validation_split_never_shows() 
     everything = {(op.family, op.name) for op in generator._OPS}
     assert valid_ops == set(generator.VISIBLE_OPS) and test_ops <= everything - valid_ops
     assert len(test_ops) >= len(everything - valid_ops) - 2  # an operation with few tasks may miss the buckets
+    for problems in (valid, test):  # each problem its own task: no statement twice, none drawn more often
+        assert len({p["description"] for p in problems}) == len(problems)
     assert {op[0] for op in valid_ops} == {op[0] for op in test_ops} == {op.family for op in generator._OPS}
     assert {generator.task_key(p)[:2] for p in generator.generate("train", 3000, seed=0)} == everything
     hidden_sentences = {p["description"].split("\n")[0] for p in test}
