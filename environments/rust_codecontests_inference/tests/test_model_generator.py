@@ -96,6 +96,11 @@ def test_unknown_split_is_refused_naming_the_allowed_ones() -> None:
         generator.generate("dev", 1, seed=0)
 
 
+def test_more_problems_than_a_held_out_split_has_tasks_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"the test split has fewer than 5000 distinct problems"):
+        generator.generate("test", 5000, seed=0)
+
+
 def _passes(problem: dict[str, Any], work: Path) -> list[str]:
     source = work / f"{problem['name']}.rs"
     source.write_text(problem["solution"])
@@ -117,8 +122,8 @@ def _passes(problem: dict[str, Any], work: Path) -> list[str]:
 def test_every_operation_s_solution_passes_its_tests_under_rustc(tmp_path: Path) -> None:
     """One problem per operation (all families), compiled with rustc --edition 2018 and run on every test."""
     per_op: dict[tuple[str, str], dict[str, Any]] = {}
-    for split in ("train", "valid", "test"):
-        for problem in generator.generate(split, 600, seed=7):
+    for split, n in (("train", 600), ("valid", 200), ("test", 200)):  # the test split holds ~600 distinct tasks
+        for problem in generator.generate(split, n, seed=7):
             per_op.setdefault(generator.task_key(problem)[:2], problem)
     assert len(per_op) == len(generator._OPS)
     with ThreadPoolExecutor(2) as pool:
