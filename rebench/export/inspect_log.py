@@ -127,10 +127,14 @@ def _transcript(store: Store, attempt: Attempt, anchors: Anchors | None) -> Tran
         return TranscriptBuilder(attempt, anchors, agent_tools=agent_tools).build(rows, scores, pauses)
 
 
-def _scores(normalizer: Normalizer, attempt: Attempt) -> dict[str, Any]:
+def _scores(store: Store, normalizer: Normalizer, attempt: Attempt) -> dict[str, Any]:
+    """Normalized as the report does: with the re-scoring window's anchors where the attempt measured them."""
     from inspect_ai.scorer import Score
 
-    final, anchors_kind = normalizer.final(attempt)
+    with store.session() as session:
+        events = list(session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id)
+                                      .order_by(ScoreEvent.id)))
+    final, anchors_kind = normalizer.final(attempt, events)
     final_raw = attempt.final_raw
     rescored = attempt.final_rule == "rescore_best"
     rule = normalizer.rule(attempt) if rescored else final
@@ -185,7 +189,8 @@ def _sample(store: Store, attempt: Attempt, normalizer: Normalizer) -> tuple[Any
     }
     sample = EvalSample(
         id=attempt.id, epoch=1, input=instructions, target="", messages=transcript.messages,
-        output=transcript.output, scores=_scores(normalizer, attempt), metadata=metadata, events=transcript.events,
+        output=transcript.output, scores=_scores(store, normalizer, attempt), metadata=metadata,
+        events=transcript.events,
         model_usage=usage, total_time=attempt.wall_s, working_time=attempt.working_s,
         started_at=aware(attempt.started_at).isoformat() if attempt.started_at else None,
         completed_at=aware(attempt.ended_at).isoformat() if attempt.ended_at else None,
