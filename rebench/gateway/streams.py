@@ -30,6 +30,19 @@ def _chunk(state: Any, delta: dict[str, Any], finish: str | None = None) -> dict
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
 
+def _chunk_usage(chunk: dict[str, Any]) -> tuple[int, int] | None:
+    """(prompt, completion) tokens of a chat chunk that reports usage (the stream's last), else None."""
+    usage = chunk.get("usage")
+    if not usage:
+        return None
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def _first_choice(chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunk's choice 0, if it has one: the other APIs have no `n`, so only it is converted."""
+    return [choice for choice in chunk.get("choices") or [] if not choice.get("index", 0)]
+
+
 class MessagesToChat:
     """Anthropic Messages events -> chat chunks (usage in a last chunk with no choices)."""
 
@@ -107,12 +120,8 @@ class ChatToMessages:
                 "id": new_id("msg_"), "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": {"input_tokens": 0, "output_tokens": 0}}}))
-        usage = chunk.get("usage")
-        if usage:
-            self.usage = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0):
-                continue
+        self.usage = _chunk_usage(chunk) or self.usage
+        for choice in _first_choice(chunk):
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 if self.open != "text":
@@ -192,12 +201,8 @@ class ChatToResponses:
             started = response_object(self.model, [], "in_progress", None, self.id, self.created)
             out += [self._event("response.created", response=started),
                     self._event("response.in_progress", response=started)]
-        usage = chunk.get("usage")
-        if usage:
-            self.usage = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0):
-                continue
+        self.usage = _chunk_usage(chunk) or self.usage
+        for choice in _first_choice(chunk):
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 if self.open is None or self.open["type"] != "message":
