@@ -9,22 +9,19 @@ to the fake model server through the real openai SDK (priced, so it has a cost a
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-import yaml
 
 from rebench import api
 from rebench.report.data import Filters, load_report_data
 from rebench.report.story import load_stories
 from rebench.store import Store
-from tests.conftest import FIXTURE_ENVS, run_main
-from tests.fake_model_server import FakeModelServer
-from tests.model_fixtures import OPENAI_TEST_KEY, TEST_PRICES, call
+from tests.conftest import run_main
+from tests.model_fixtures import call, replay_attempts_then_server
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 OPTIONS = ["--n-bootstrap", "20", "--budgets", "1m,2m", "--at", "2m"]
@@ -34,21 +31,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def story_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("story")
-    shutil.copytree(FIXTURE_ENVS, root / "envs")
-    db = root / "rebench.db"
-    script = root / "script.yaml"
-    script.write_text(yaml.safe_dump({"actions": [
-        {"write_file": {"path": "value.txt", "content": "6"}}, {"score": {}},
-        {"write_file": {"path": "value.txt", "content": "oops"}}, {"score": {}},
-        {"write_file": {"path": "value.txt", "content": "4"}}, {"score": {}}, {"submit": None},
-    ]}))
-    (root / "prices.toml").write_text(TEST_PRICES)
-    with pytest.MonkeyPatch.context() as patch, FakeModelServer() as server:
-        patch.setenv("REBENCH_ENVIRONMENTS", str(root / "envs"))
-        patch.setenv("REBENCH_PRICES", str(root / "prices.toml"))
-        patch.setenv("OPENAI_API_KEY", OPENAI_TEST_KEY)
-        api.run_campaign(api.CampaignSpec(environments=["counter"], budget_s="1m", k=2, backend="local",
-                                          agent=api.AgentConfig(name="replay", args={"script": str(script)})), db=db)
+    with replay_attempts_then_server(root) as (db, server):
         server.add(
             {"text": "Draft: seven.\n\n```\n# file: value.txt\n7\n```\n", "usage": {"input_tokens": 400,
                                                                                   "output_tokens": 60}},
