@@ -11,6 +11,7 @@ import sys
 import threading
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -115,7 +116,13 @@ def served_judge(tmp_path: Path) -> Iterator[tuple[str, str]]:
     env = EnvironmentRegistry().get("nanogpt_chat_rl")
     gateway_settings = env.profile("ci").gateway
     assert gateway_settings is not None
-    gateway = AttemptGateway(None, 0, env, gateway_settings, assets=assets, unix=False)
+    with serving(AttemptGateway(None, 0, env, gateway_settings, assets=assets, unix=False)) as served:
+        yield served
+
+
+@contextmanager
+def serving(gateway: AttemptGateway) -> Iterator[tuple[str, str]]:
+    """The gateway started on an event loop of its own thread, as the harness runs it: (base_url, scorer token)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

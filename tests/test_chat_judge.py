@@ -10,7 +10,6 @@ answers are counted.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sys
@@ -31,7 +30,7 @@ from rebench.gateway.attempt import env_file
 from rebench.kit.gpt import GPT, GPTConfig
 
 from .conftest import REPO
-from .test_chat_env import annotator, chat, evaluation, judge_module, language, score_module
+from .test_chat_env import annotator, chat, evaluation, judge_module, language, score_module, serving
 
 ENV_DIR = REPO / "environments" / "nanogpt_chat_rl"
 PROFILES = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]
@@ -152,17 +151,10 @@ def paper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ll
     assert settings is not None and settings.upstream.startswith("openai-compatible/")
     gateway = AttemptGateway(None, 0, env, settings.model_copy(update={"base_url": stand_in.url}),
                              assets=None, unix=False)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(timeout=30)
-    assert gateway.server is not None
     try:
-        yield stand_in, gateway.base_url, gateway.server.meters["scorer"].token, pattern
+        with serving(gateway) as (base_url, token):
+            yield stand_in, base_url, token, pattern
     finally:
-        asyncio.run_coroutine_threadsafe(gateway.close(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
         stand_in.server.shutdown()
 
 
