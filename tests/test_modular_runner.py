@@ -138,8 +138,9 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     for name, key in provider_keys.items():
         assert name not in environment_listing and key not in environment_listing
         assert key not in json.dumps(attempt)
-        for file in tmp_path.glob("r.db*"):
-            assert key.encode() not in file.read_bytes()
+        for stored in tmp_path.glob("r.db*"):  # the database, its log and its snapshot folder
+            for file in [stored] if stored.is_file() else [f for f in stored.rglob("*") if f.is_file()]:
+                assert key.encode() not in file.read_bytes(), file
     headers = model_server.requests[0].headers
     sent = headers.get("x-api-key") or headers["authorization"]
     assert sent.endswith(provider_keys[f"{provider.upper()}_API_KEY"])

@@ -17,7 +17,6 @@ from pathlib import Path
 from rebench.errors import RebenchError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class FileKind(StrEnum):
@@ -75,9 +74,8 @@ def inspect_file(path: Path) -> FileState:
         raise RebenchError(f"database path {str(path)!r} is a directory; give a file path")
     if not path.exists() or path.stat().st_size == 0:
         return FileState(path, FileKind.MISSING)
-    with open(path, "rb") as handle:
-        if handle.read(16) != SQLITE_HEADER:
-            return FileState(path, FileKind.FOREIGN, detail="it is not a SQLite database")
+    # The header is read by SQLite, never by open(): closing any descriptor of the file drops every
+    # POSIX lock this process holds on it, and another Store in this process may be holding them.
     try:
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
@@ -90,6 +88,8 @@ def inspect_file(path: Path) -> FileState:
         finally:
             connection.close()
     except sqlite3.DatabaseError as exc:
+        if str(exc) == "file is not a database":  # SQLite's word for a file without its header
+            return FileState(path, FileKind.FOREIGN, detail="it is not a SQLite database")
         return FileState(path, FileKind.DAMAGED, detail=str(exc))
     if not tables:
         return FileState(path, FileKind.MISSING)
