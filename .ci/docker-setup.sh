@@ -34,6 +34,9 @@ if ! engine_up; then
 fi
 log "engine answers"
 
+# superseded environment images of earlier runs would fill the disk (each is 1-2 GB)
+"$PYTHON" -m rebench.cli.app images gc
+
 "$PYTHON" -m rebench.cli.app images bootstrap
 log "base image ready"
 "$PYTHON" -m rebench.cli.app envs build triton_cumsum --profile tiny --backend docker

@@ -39,7 +39,7 @@ UTC_TIME = "datetime64[ns, UTC]"
 ATTEMPT_COLUMNS: dict[str, str] = {
     "attempt_id": "int64", "campaign_id": "Int64", "source": "string", "environment": "string",
     "env_version": "string", "profile": "string", "agent": "string", "model": "string", "budget_s": "float64",
-    "seed": "int64", "backend": "string", "status": "string", "error_source": "string",
+    "seed": "int64", "backend": "string", "network": "string", "status": "string", "error_source": "string",
     "error_message": "string", "limit_reason": "string", "submitted": "bool", "counted": "bool",
     "retry_of": "Int64", "final_raw": "float64", "final_normalized": "float64", "anchors_kind": "string",
     "working_s": "float64", "wall_s": "float64", "model_wait_s": "float64", "input_tokens": "int64",
@@ -104,7 +104,7 @@ def _reading(db: Store | Path | str | None) -> Iterator[Store]:
             raise RebenchError(f"no database at {str(path)!r}: run a campaign or import results first, "
                                "or pass the path of one")
         db = path
-    with using_store(db) as store:
+    with using_store(db, read_only=True) as store:
         yield store
 
 
@@ -112,7 +112,8 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
     """One row per attempt, own and imported, retries included (`counted` False marks a retried failure).
 
     `final_normalized` is as stored when the attempt ended; `score_at_k` re-normalizes own
-    attempts with the anchors in force now. `source`: only `own` or only `imported` attempts.
+    attempts with the anchors in force now (a re-scored timing: its re-scoring window's).
+    `source`: only `own` or only `imported` attempts.
     """
     from sqlalchemy import select
 
@@ -133,8 +134,9 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
 
 
 def score_events(db: Store | Path | str | None = None) -> pd.DataFrame:
-    """One row per score call of an own attempt: `baseline` (the starting solution, scored in a pause)
-    and `intermediate` (the agent's calls); `raw` is NaN when the call was invalid."""
+    """One row per score call of an own attempt: `baseline` (the starting solution, scored in a pause),
+    `intermediate` (the agent's calls) and, under rescore_best, `rescore` and the window's
+    `anchor_start`/`anchor_reference` (rebench.scoring.window); `raw` is NaN when the call was invalid."""
     from sqlalchemy import select
 
     from rebench.store.models import ScoreEvent

@@ -150,18 +150,44 @@ def open_store(db: Store | Path | str | None = None) -> Store:
 
 
 @contextmanager
-def using_store(db: Store | Path | str | None) -> Iterator[Store]:
-    """A store for one call: one passed in stays open, one opened here is closed here."""
+def using_store(db: Store | Path | str | None, *, read_only: bool = False) -> Iterator[Store]:
+    """A store for one call: one passed in stays open, one opened here is closed here (read-only
+    for calls that only read: they never create or upgrade a database)."""
     from rebench.store.db import Store
 
     if isinstance(db, Store):
         yield db
         return
-    store = Store(db)
+    store = Store(db, read_only=read_only)
     try:
         yield store
     finally:
         store.close()
+
+
+def _check_database(db: Store | Path | str | None) -> None:
+    """A database this rebench must not touch (newer, damaged, foreign) is refused before minutes of building."""
+    from rebench.errors import RebenchError
+    from rebench.store.db import Store, default_db_path
+    from rebench.store.schema import inspect_file
+
+    if not isinstance(db, Store):
+        problem = inspect_file(Path(db) if db is not None else default_db_path()).problem()
+        if problem:
+            raise RebenchError(problem)
+
+
+@contextmanager
+def _store_if_any(db: Store | Path | str | None) -> Iterator[Store | None]:
+    """For what the declarations answer without a database: a read-only store, or None when the
+    database does not exist yet (nothing is measured, and nothing is created by asking)."""
+    from rebench.store.db import Store, default_db_path
+
+    if not isinstance(db, Store) and not (Path(db) if db is not None else default_db_path()).exists():
+        yield None
+        return
+    with using_store(db, read_only=True) as store:
+        yield store
 
 
 def _environment(environment: str | Environment, profile: str) -> Environment:
@@ -254,7 +280,7 @@ def anchors_in_use(environment: str | Environment, db: Store | Path | str | None
     from rebench.environments.registry import EnvironmentRegistry
 
     env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
-    with using_store(db) as store:
+    with _store_if_any(db) as store:
         return {name: resolve_anchors(store, env, name) for name in env.metadata.profiles}
 
 
@@ -286,7 +312,7 @@ def noise_measured(environment: str | Environment,
     from rebench.noise import latest_noise
 
     env = EnvironmentRegistry().get(environment) if isinstance(environment, str) else environment
-    with using_store(db) as store:
+    with _store_if_any(db) as store:
         return {name: latest_noise(store, env, name) for name in env.metadata.profiles}
 
 
@@ -299,6 +325,13 @@ def _check_agent(config: AgentConfig) -> None:
     check_model_available(config)
 
 
+def _engine_disk_warning() -> str | None:
+    from rebench.images.gc import engine_disk_warning
+    from rebench.sandbox.docker import DockerEngine
+
+    return engine_disk_warning(DockerEngine.connect())
+
+
 def _confinement_warning() -> str | None:
     from rebench.scoring.score_helper import confinement_unavailable
 
@@ -307,6 +340,27 @@ def _confinement_warning() -> str | None:
         return None
     return (f"{unconfined}: submitted code will run unconfined while it is scored and could read held-out data "
             "(needs Linux 5.13+ with Landlock enabled)")
+
+
+def _check_network(spec: CampaignSpec, envs: Sequence[Environment]) -> None:
+    """`--network` must name a policy the backend enforces (the local backend enforces none: its
+    commands have the host's network), and this host must be able to enforce each attempt's policy."""
+    from rebench.errors import RebenchError
+    from rebench.network import effective_network
+    from rebench.sandbox.factory import load_backend
+
+    name = spec.chosen_backend
+    backend = load_backend(name)
+    if spec.network is not None and spec.network not in backend.networks:
+        offered = (f"it offers --network {' or '.join(sorted(backend.networks))}" if backend.networks else
+                   "it controls no network: its commands have the host's, whatever is asked")
+        raise RebenchError(f"invalid --network {spec.network} with --backend {name}: {offered}; "
+                           "use --backend docker, or leave --network out")
+    if spec.executor == "ray":
+        return  # the sandboxes start on the cluster's nodes, which refuse at start what they cannot keep
+    for policy in sorted({effective_network(spec.network, env.profile(spec.profile).network) for env in envs}):
+        if policy in backend.networks:
+            backend.check_network(policy)
 
 
 def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, calibrate: bool = True,
@@ -324,6 +378,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     from rebench.calibration import resolve_anchors
     from rebench.campaign import CampaignRunner, apply_env_params, plan_campaign, recover_orphans
     from rebench.environments.registry import EnvironmentRegistry
+    from rebench.errors import RebenchError
     from rebench.gateway import check_gateway
     from rebench.sandbox.local import LOCAL_WARNING
 
@@ -336,22 +391,38 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
 
     observer = replace(outer, warning=warn)
 
-    # 1. validate: nothing is built or written before every name, the agent and the model check out
+    # 1. validate: nothing is built or written before the database, every name, the agent and the model check out
+    # a spec changed with model_copy skipped its validators
+    spec = CampaignSpec.model_validate(spec.model_dump(warnings=False))
+    _check_database(db)
     registry = EnvironmentRegistry()
     envs = [_environment(registry.get(name), spec.profile) for name in spec.environments]
     for agent in spec.agents:
         _check_agent(agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
+    if spec.gpus and all(env.profile(spec.profile).resources.gpus == 0 for env in envs):
+        raise RebenchError(f"--gpus {','.join(map(str, spec.gpus))}: the {spec.profile} profile of "
+                           f"{', '.join(env.name for env in envs)} needs no GPU; leave --gpus out")
+    _check_network(spec, envs)
     for env in envs:
         apply_env_params(env, spec.profile, spec.env_params)
         check_gateway(env.profile(spec.profile).gateway)
         preflight.check(env, spec.profile, "run", gpus=spec.gpus, backend=spec.chosen_backend,
                         cluster=spec.executor == "ray")
+    if spec.executor == "ray":  # join the cluster now: an unreachable one fails here, before any row
+        from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S
+        from rebench.scheduler.ray_executor import connect
+
+        connect(spec.ray_address, spec.ray_timeout_s or DEFAULT_TIMEOUT_S)
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()
     if unconfined:
         observer.warning(unconfined)
+    if spec.chosen_backend == "docker":
+        full_disk = _engine_disk_warning()
+        if full_disk:
+            observer.warning(full_disk)
     # 2. build
     for env in envs:
         _build(env, spec.profile, spec.chosen_backend, observer)
@@ -376,7 +447,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
             campaign_id, attempt_ids = resume, prepare_resume(store, resume)
         observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
-        runner = CampaignRunner(store, registry, snapshots_dir=store.path.parent / "snapshots",
+        runner = CampaignRunner(store, registry, snapshots_dir=store.snapshots_dir,
                                 progress=observer.progress, on_outcome=observer.finished,
                                 attempt_runner=_attempt_runner(spec))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
@@ -400,8 +471,10 @@ def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, c
                     observer: Observer | None = None, cancel_on_sigterm: bool = False) -> CampaignResult:
     """Go on with a campaign whose harness died or was stopped (rebench.scheduler.resume): its
     finished attempts stay, interrupted ones are re-run as uncounted tries' retries, queued ones run."""
-    from rebench.scheduler.resume import campaign_spec
+    from rebench.scheduler.resume import campaign_spec, check_resumable
 
+    with using_store(db, read_only=True) as reading:
+        check_resumable(reading, campaign_id)
     with using_store(db) as store:
         spec = CampaignSpec.model_validate(campaign_spec(store, campaign_id))
         return run_campaign(spec, db=store, calibrate=calibrate, observer=observer,
@@ -438,7 +511,7 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
            environments: Sequence[str] = (), agents: Sequence[str] = (), source: str | None = None,
            estimator: str = "expected_max", n_bootstrap: int | None = None, seed: int | None = None,
            budgets: str | Sequence[str] = "30m,2h,8h,16h,32h", at: str = "8h",
-           exclude_above: float | None = None) -> Report | None:
+           exclude_above: float | None = None, strict: bool = False) -> Report | None:
     """Score@k per agent and total time budget, with bootstrap intervals and the human comparison;
     None when no finished attempt matches the filters. Options are those of `rebench report`;
     `rebench.report.render` prints or writes the result, `rebench.analysis.score_at_k` makes it a DataFrame."""
@@ -448,8 +521,9 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
 
     filters = Filters(campaigns=campaigns, environments=environments, agents=agents, source=source)
     settings = settings_from_options(estimator, DEFAULT_N_BOOTSTRAP if n_bootstrap is None else n_bootstrap,
-                                     DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above)
-    with using_store(db) as store:
+                                     DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above,
+                                     strict)
+    with using_store(db, read_only=True) as store:
         return make_report(store, filters, settings)
 
 
@@ -481,7 +555,7 @@ def human_attempts(db: Store | Path | str | None = None) -> list[HumanAttemptInf
     """Every human attempt: its state, working time used and left, and whether its supervisor runs."""
     from rebench.human.service import list_humans
 
-    with using_store(db) as store:
+    with using_store(db, read_only=True) as store:
         return list_humans(store)
 
 

@@ -5,7 +5,9 @@ times here and stores, with a fingerprint of this machine, the best run of each 
 median under `final_score = "rescore_best"`: the rule attempts are judged by).
 Normalization then uses calibrated anchors for the same hardware, environment
 version and profile when they exist, and the environment's declared ones
-otherwise; reports say which.
+otherwise; reports say which. Timings are measured in turns (start, reference,
+start, ...), and a re-scored timing's final score uses the anchors measured beside
+its re-scores instead (rebench.scoring.window).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import platform
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -30,6 +33,7 @@ from rebench.store.models import Calibration
 if TYPE_CHECKING:
     from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import Sandbox
+    from rebench.scoring.rescore import AnchorSolutions
 
 
 class HardwareFingerprint(BaseModel):
@@ -40,7 +44,8 @@ class HardwareFingerprint(BaseModel):
 class ResolvedAnchors(BaseModel):
     start: float
     reference: float
-    kind: Literal["declared", "calibrated"]
+    kind: Literal["declared", "calibrated", "window"]
+    """`window`: measured beside the attempt's re-scores (rebench.scoring.window)."""
     hardware: str | None = None
 
 
@@ -70,8 +75,12 @@ def hardware_fingerprint() -> HardwareFingerprint:
     return HardwareFingerprint(key=hashlib.sha256(description.encode()).hexdigest()[:12], description=description)
 
 
-def resolve_anchors(store: Store, env: Environment, profile: str, hardware: str | None = None) -> ResolvedAnchors:
+def resolve_anchors(store: Store | None, env: Environment, profile: str,
+                    hardware: str | None = None) -> ResolvedAnchors:
+    """This hardware's calibrated anchors in `store`, else the declared ones (also when there is no store)."""
     declared = env.profile(profile).anchors
+    if store is None:
+        return ResolvedAnchors(start=declared.start, reference=declared.reference, kind="declared")
     key = hardware or hardware_fingerprint().key
     with store.session() as session:
         row = session.scalars(
@@ -97,12 +106,21 @@ async def measure_anchors(
     repeats: int,
     log: Callable[[str], None],
 ) -> tuple[list[float | None], list[float | None]]:
-    """Score the starting solution, then the reference solution, `repeats` times each,
-    in one fresh sandbox (the same path an attempt's scores take)."""
+    """Score the starting solution and the reference solution `repeats` times each, in one fresh
+    sandbox (the same path an attempt's scores take). Timings (`hardware_dependent`) are taken in
+    turns, start, reference, start, ..., so a drift in the machine's speed moves both alike, as in
+    an attempt's re-scoring window (rebench.scoring.window); other scores one solution after the
+    other (the reference's run.sh, if any, runs once)."""
+    from rebench.environments.build import assets_dir
     from rebench.scoring.run import run_scoring
+    from rebench.scoring.window import anchor_solutions
 
     timeout_s = env.profile(profile).score_timeout_s
+    solutions = (anchor_solutions(env, profile, assets_dir(env, profile, build=False))
+                 if env.profile(profile).hardware_dependent else None)
     async with scoring_sandbox(env, profile, backend) as (sandbox, gateway):
+        if solutions is not None:
+            return await _interleaved(env.name, sandbox, gateway, solutions, repeats, timeout_s, log)
         start = []
         for index in range(repeats):
             result = await run_scoring(sandbox, timeout_s, gateway)
@@ -115,6 +133,26 @@ async def measure_anchors(
             log(f"reference solution, run {index + 1}/{repeats}: {result.raw}")
             reference.append(result.raw)
         return start, reference
+
+
+async def _interleaved(name: str, sandbox: Sandbox, gateway: AttemptGateway | None, solutions: AnchorSolutions,
+                       repeats: int, timeout_s: float, log: Callable[[str], None]
+                       ) -> tuple[list[float | None], list[float | None]]:
+    from rebench.scoring.rescore import restore_layers
+    from rebench.scoring.run import run_scoring
+
+    start: list[float | None] = []
+    reference: list[float | None] = []
+    for index in range(repeats):
+        for label, layers, values in (("starting", solutions.start, start),
+                                      ("reference", solutions.reference, reference)):
+            error = await restore_layers(sandbox, [Path(layer) for layer in layers])
+            if error is not None:
+                raise RebenchError(f"calibration of {name!r}: {error}")
+            result = await run_scoring(sandbox, timeout_s, gateway)
+            log(f"{label} solution, run {index + 1}/{repeats}: {result.raw}")
+            values.append(result.raw)
+    return start, reference
 
 
 @asynccontextmanager

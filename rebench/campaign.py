@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
@@ -23,6 +23,7 @@ from rebench.budget import parse_duration
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
 from rebench.sandbox.factory import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
@@ -53,17 +54,45 @@ class CampaignSpec(BaseModel):
     seed: int = Field(0, description="seed of the first attempt of each environment; attempt i gets seed+i")
     parallel: int = 1
     gpus: list[int] = Field(default_factory=list, description="GPU device ids the scheduler may lease")
-    network: bool | None = Field(None, description="override every environment's network setting")
+    network: NetworkPolicy | None = Field(
+        None, description="the sandboxes' network (rebench.network): none, or full (a bridged network of the "
+                          "attempt's own; Docker only); None: none, unless a profile asks for network")
     final_rule: Literal["best", "last", "rescore_best"] | None = Field(
         None, description="override every profile's final_score: best, last or rescore_best "
                           "(re-score the best solutions when each attempt ends)")
     executor: Literal["local", "ray"] = Field(
         "local", description="local: this host's queue; ray: Ray tasks on a cluster (rebench.scheduler.ray_executor)")
     ray_address: str | None = Field(None, description="the Ray cluster to join; None: start one on this machine")
+    ray_timeout_s: float | None = Field(
+        None, description="how long joining the Ray cluster may take before the run fails (nothing written); "
+                          "None: 30 s")
     env_params: dict[str, str] = Field(
         default_factory=dict, description="environment parameters (`--env-param KEY=VALUE`): `credit` (USD) "
                                           "overrides the gateway's credit; a key of the profile's params "
                                           "overrides it in the instructions and the scorer's params")
+
+    @model_validator(mode="after")
+    def _ray_address_needs_ray(self) -> CampaignSpec:
+        if self.ray_address is not None and self.executor != "ray":
+            raise RebenchError(f"--ray-address {self.ray_address!r} is used only with --executor ray "
+                               f"(this run's executor: {self.executor})")
+        if self.ray_timeout_s is not None and self.executor != "ray":
+            raise RebenchError(f"--ray-timeout {self.ray_timeout_s:g}s is used only with --executor ray "
+                               f"(this run's executor: {self.executor})")
+        return self
+
+    @field_validator("ray_timeout_s", mode="before")
+    @classmethod
+    def _ray_timeout(cls, value: Any) -> Any:
+        bad = RebenchError(f"invalid --ray-timeout {value!r}: use a duration like 30s or 2m")
+        if isinstance(value, str):
+            try:
+                return parse_duration(value)
+            except RebenchError:
+                raise bad from None
+        if isinstance(value, int | float) and not value > 0:  # also refuses nan
+            raise bad
+        return value
 
     @field_validator("final_rule", mode="before")
     @classmethod
@@ -71,6 +100,11 @@ class CampaignSpec(BaseModel):
         if value is not None and value not in ("best", "last", "rescore_best"):
             raise RebenchError(f"invalid --final-rule {value!r}; allowed: best, last, rescore_best")
         return value
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value: Any) -> Any:
+        return None if value is None else parse_network(value)
 
     @field_validator("environments")
     @classmethod
@@ -216,6 +250,7 @@ def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistr
                         campaign_id=campaign.id, source="own", environment=env.name, env_version=env.version,
                         profile=spec.profile, agent=agent.name, model=agent.model, budget_s=spec.budget_s,
                         seed=spec.seed + index, status=AttemptStatus.QUEUED, backend=spec.chosen_backend,
+                        network=effective_network(spec.network, env.profile(spec.profile).network),
                     )
                     session.add(attempt)
                     session.flush()

@@ -185,8 +185,11 @@ def save_noise(store: Store, summary: NoiseSummary, samples: NoiseSamples) -> No
     return summary.model_copy(update={"created_at": created})
 
 
-def latest_noise(store: Store, env: Environment, profile: str, hardware: str | None = None) -> NoiseSummary | None:
-    """The newest measurement of this environment version and profile on this hardware."""
+def latest_noise(store: Store | None, env: Environment, profile: str,
+                 hardware: str | None = None) -> NoiseSummary | None:
+    """The newest measurement of this environment version and profile on this hardware (None without a store)."""
+    if store is None:
+        return None
     key = hardware or hardware_fingerprint().key
     with store.session() as session:
         row = session.scalars(

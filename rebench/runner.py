@@ -33,6 +33,7 @@ from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.gateway.attempt import AttemptGateway
+from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
@@ -47,6 +48,7 @@ from rebench.scoring.rescore import (
     rescore,
 )
 from rebench.scoring.run import run_scoring
+from rebench.scoring.window import anchor_solutions, final_anchors, uses_window_anchors
 from rebench.store.db import Store
 from rebench.store.models import (
     Attempt,
@@ -140,7 +142,7 @@ class AttemptRunner:
         progress: Progress | None = None,
         sandbox_factory: SandboxFactory = create_sandbox,
         gpus: list[int] | None = None,
-        network: bool | None = None,
+        network: NetworkPolicy | str | None = None,
         final_rule: FinalRule | None = None,
         gateway_credit_usd: float | None = None,
     ) -> None:
@@ -151,7 +153,8 @@ class AttemptRunner:
         self.progress = progress or (lambda _id, _msg: None)
         self.sandbox_factory = sandbox_factory
         self.gpus = gpus or []
-        self.network = network
+        self.network = None if network is None else parse_network(network)
+        """The run's `--network` (rebench.network); None: the profile's default."""
         self.final_rule = final_rule
         """Overrides every profile's `final_score` (`rebench run --final-rule`); None: the profile's."""
         self.gateway_credit_usd = gateway_credit_usd
@@ -222,9 +225,10 @@ class AttemptRunner:
                                  agent=config.name)
         sandbox: Sandbox | None = None
         gateway: AttemptGateway | None = None
+        network = effective_network(self.network, profile.network)
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
-                         pid=os.getpid())
+                         pid=os.getpid(), network=network)
         else:
             self._update(attempt_id, pid=os.getpid())
         try:
@@ -232,7 +236,7 @@ class AttemptRunner:
             spec = SandboxSpec(
                 attempt_id=attempt_id, campaign_id=campaign_id, environment=self.env.name, profile=profile_name,
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
-                network=profile.network if self.network is None else self.network,
+                network=network,
             ).model_copy(update=hooks.spec_update)
             if profile.gateway is not None:
                 # A keep-alive (human) sandbox outlives this process: its gateway keeps its socket and
@@ -453,7 +457,14 @@ class AttemptRunner:
                            "(best intermediate score)")
             return None
         with self.store.session() as session:
-            profile = self.env.profile(session.get_one(Attempt, attempt_id).profile)
+            profile_name = session.get_one(Attempt, attempt_id).profile
+        profile = self.env.profile(profile_name)
+        anchors = None
+        if uses_window_anchors(profile, self.rule_of(profile)):
+            anchors = anchor_solutions(self.env, profile_name, assets_dir(self.env, profile_name, build=False))
+            if anchors is None:
+                recorder.event("note", message="no window anchors: the reference solution is made by its run.sh; "
+                               "the final score is normalized with the anchors in force")
         self.progress(attempt_id, "re-scoring the best solutions")
         if score_snapshots is not None:
             taken = score_snapshots.taken
@@ -462,8 +473,8 @@ class AttemptRunner:
         return await rescore(
             sandbox, taken, candidates=profile.rescore.candidates, repeats=profile.rescore.repeats,
             direction=profile.direction, timeout_s=profile.score_timeout_s,
-            record=lambda result, extra: recorder.score(result, ScoreKind.RESCORE, extra),
-            log=lambda message: self.progress(attempt_id, message), tokens=tokens)
+            record=lambda result, kind, extra: recorder.score(result, kind, extra),
+            log=lambda message: self.progress(attempt_id, message), tokens=tokens, anchors=anchors)
 
     def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
         with self.store.session() as session:
@@ -486,8 +497,14 @@ class AttemptRunner:
             if rescoring and summary is not None:
                 final, final_rule = summary.final_raw, "rescore_best"
             anchors = resolve_anchors(self.store, self.env, attempt.profile)
+            # The final score's anchors: the re-scoring window's where it measured them (derived from
+            # the score rows, as reports derive them); intermediate scores keep the anchors in force.
+            window = session.scalars(select(ScoreEvent).where(
+                ScoreEvent.attempt_id == attempt_id,
+                ScoreEvent.kind.in_([ScoreKind.ANCHOR_START, ScoreKind.ANCHOR_REFERENCE]))).all()
+            scale = final_anchors(final_rule, window, profile.direction, anchors)
             outcome.final_raw = final
-            outcome.final_normalized = normalize(final, anchors.start, anchors.reference)
+            outcome.final_normalized = normalize(final, scale.start, scale.reference)
             outcome.working_s = clock.working_seconds()
             attempt.status = outcome.status
             attempt.error_source = outcome.error_source
@@ -498,7 +515,7 @@ class AttemptRunner:
             attempt.final_rule = final_rule
             attempt.rule_raw = rule_raw
             attempt.rule_normalized = normalize(rule_raw, anchors.start, anchors.reference)
-            attempt.anchors_kind = anchors.kind
+            attempt.anchors_kind = scale.kind
             attempt.wall_s = clock.wall_seconds()
             attempt.working_s = clock.working_seconds()
             attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)

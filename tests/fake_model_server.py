@@ -1,4 +1,5 @@
-"""A scripted model server on 127.0.0.1 speaking OpenAI Chat Completions and Anthropic Messages.
+"""A scripted model server on 127.0.0.1 speaking OpenAI Chat Completions and Responses and Anthropic
+Messages (with count_tokens), whole or streamed as server-sent events (tests/fake_model_streams.py).
 
 Tests point the real `openai` and `anthropic` SDK clients at it (no network).
 The script is a list of steps answered in order, whichever API asks:
@@ -6,6 +7,7 @@ The script is a list of steps answered in order, whichever API asks:
     {"text": "...", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
      "usage": {"input_tokens": 100, "output_tokens": 20, "cached_tokens": 10}, "delay_s": 0.2}
     {"status": 429, "retry_after": 1}          # an error reply (not a completion)
+    {"text": "a b c", "cut_after": 3, "cut": "stall"}   # streamed: 3 events, then nothing (see fake_model_streams)
 
 Usage is optional (estimated from sizes when absent; `"generate_max": true` reports the request's
 max_tokens times n output tokens, a provider that writes all it may); `"truncated": true` plays
@@ -29,6 +31,19 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+try:
+    from tests.fake_model_checks import check_anthropic, check_openai, check_responses
+    from tests.fake_model_streams import anthropic_events, encode, openai_events, render_responses, responses_events
+except ImportError:  # run as a script: python tests/fake_model_server.py
+    from fake_model_checks import check_anthropic, check_openai, check_responses  # type: ignore[no-redef]
+    from fake_model_streams import (  # type: ignore[no-redef]
+        anthropic_events,
+        encode,
+        openai_events,
+        render_responses,
+        responses_events,
+    )
+
 EXHAUSTED_TEXT = "(fake model server: script exhausted)"
 CONTEXT_ERROR = "prompt is too long: maximum context length exceeded"
 
@@ -44,7 +59,7 @@ class RecordedRequest:
     @property
     def text(self) -> str:
         """All text the model was shown in this request (system, messages, tool results)."""
-        return json.dumps(self.body.get("system", "")) + json.dumps(self.body.get("messages", []))
+        return _shown(self.body)
 
 
 class FakeModelServer:
@@ -57,8 +72,11 @@ class FakeModelServer:
         port: int = 0,
         require_key: str | None = None,
         max_prompt_chars: int | None = None,
+        repeat: bool = False,
     ) -> None:
         self.steps: list[dict[str, Any]] = list(steps)
+        self.repeat = repeat
+        """Answer with the script's steps over and over (benchmarks) instead of running out."""
         self.require_key = require_key
         self.max_prompt_chars = max_prompt_chars
         self.requests: list[RecordedRequest] = []
@@ -102,8 +120,8 @@ class FakeModelServer:
 
     def _next_step(self) -> dict[str, Any] | None:
         with self._lock:
-            if self.answered < len(self.steps):
-                step = self.steps[self.answered]
+            if self.answered < len(self.steps) or (self.repeat and self.steps):
+                step = self.steps[self.answered % len(self.steps)]
                 self.answered += 1
                 return step
             self.answered += 1
@@ -114,6 +132,7 @@ class FakeModelServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # a reply's head and body go out at once, as a real server's do
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -124,6 +143,10 @@ class FakeModelServer:
                 path = self.path.split("?")[0].rstrip("/")
                 if path.endswith("/chat/completions"):
                     api = "openai"
+                elif path.endswith("/responses"):
+                    api = "responses"
+                elif path.endswith("/messages/count_tokens"):
+                    api = "count_tokens"
                 elif path.endswith("/messages"):
                     api = "anthropic"
                 else:
@@ -144,7 +167,11 @@ class FakeModelServer:
                     if given != server.require_key:
                         self._error(api, 401, "invalid api key")
                         return
-                problem = check_openai(body) if api == "openai" else check_anthropic(body)
+                if api == "count_tokens":
+                    self._send(200, {"input_tokens": len(_shown(body)) // 4 + 1})
+                    return
+                check = {"openai": check_openai, "responses": check_responses}.get(api, check_anthropic)
+                problem = check(body)
                 if problem:
                     self._error(api, 400, problem)
                     return
@@ -164,8 +191,31 @@ class FakeModelServer:
                         extra["retry-after"] = str(step["retry_after"])
                     self._error(api, int(step["status"]), str(step.get("error", "scripted error")), extra)
                     return
-                render = render_openai if api == "openai" else render_anthropic
+                if body.get("stream"):
+                    self._stream(stream_events(api, step, body, server.answered), step)
+                    return
+                render = {"openai": render_openai, "responses": _render_responses}.get(api, render_anthropic)
                 self._send(200, render(step, body, server.answered))
+
+            def _stream(self, events: list[tuple[str | None, str]], step: dict[str, Any]) -> None:
+                """Chunked transfer encoding, one chunk an event, flushed at once; a step may cut it."""
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                cut_after = step.get("cut_after")
+                for i, (name, data) in enumerate(events):
+                    if cut_after is not None and i >= int(cut_after):
+                        if step.get("cut") == "stall":
+                            time.sleep(float(step.get("stall_s", 30)))
+                        self.close_connection = True  # the body ends without its last chunk
+                        return
+                    payload = encode(name, data)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+                    self.wfile.flush()
+                    if step.get("chunk_delay_s"):
+                        time.sleep(float(step["chunk_delay_s"]))
+                self.wfile.write(b"0\r\n\r\n")
 
             def _error(
                 self, api: str, status: int, message: str, headers: dict[str, str] | None = None
@@ -175,7 +225,7 @@ class FakeModelServer:
                     401: "authentication_error",
                     400: "invalid_request_error",
                 }.get(status, "api_error")
-                if api == "anthropic":
+                if api in ("anthropic", "count_tokens"):
                     payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
                 else:
                     payload = {"error": {"message": message, "type": kind, "code": None, "param": None}}
@@ -196,13 +246,19 @@ class FakeModelServer:
         return Handler
 
 
+def _shown(body: dict[str, Any]) -> str:
+    """All text a request shows the model, in any of the three APIs."""
+    return "".join(json.dumps(body[k]) for k in ("system", "messages", "instructions", "input") if k in body) or '""'
+
+
 def _usage(step: dict[str, Any], body: dict[str, Any]) -> tuple[int, int, int]:
     usage = step.get("usage", {})
-    shown = json.dumps(body.get("messages", [])) + json.dumps(body.get("system", ""))
+    shown = _shown(body)
     said = step.get("text", "") + json.dumps(step.get("tool_calls", []))
     output = len(said) // 4 + 1
     if step.get("generate_max"):  # a provider that writes all it is allowed to, for every sample asked
-        allowed = body.get("max_completion_tokens") or body.get("max_tokens") or 100_000
+        allowed = (body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
+                   or 100_000)
         output = int(allowed) * int(body.get("n") or 1)
     return (
         int(usage.get("input_tokens", len(shown) // 4 + 1)),
@@ -216,6 +272,20 @@ def _stop(step: dict[str, Any], default: str) -> str:
     if not step.get("truncated"):
         return default
     return "max_tokens" if default in ("tool_use", "end_turn") else "length"
+
+
+def _render_responses(step: dict[str, Any], body: dict[str, Any], n: int) -> dict[str, Any]:
+    return render_responses(step, body, n, _usage(step, body))
+
+
+def stream_events(api: str, step: dict[str, Any], body: dict[str, Any], n: int) -> list[tuple[str | None, str]]:
+    """The events of a streamed answer to `body`, as the provider of `api` writes them."""
+    usage = _usage(step, body)
+    if api == "openai":
+        return openai_events(step, body, n, usage, _stop(step, "tool_calls" if step.get("tool_calls") else "stop"))
+    if api == "responses":
+        return responses_events(step, body, n, usage)
+    return anthropic_events(step, body, n, usage, _stop(step, "tool_use" if step.get("tool_calls") else "end_turn"))
 
 
 def render_openai(step: dict[str, Any], body: dict[str, Any], n: int) -> dict[str, Any]:
@@ -283,75 +353,17 @@ def render_anthropic(step: dict[str, Any], body: dict[str, Any], n: int) -> dict
     }
 
 
-def check_openai(body: dict[str, Any]) -> str | None:
-    """The structural rules Chat Completions enforces on a conversation."""
-    if not body.get("model"):
-        return "model is required"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages must be a non-empty list"
-    pending: set[str] = set()
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id not in pending:
-                return f"messages[{i}]: tool message answers unknown tool_call_id {call_id!r}"
-            pending.discard(call_id)
-            continue
-        if pending:
-            return f"messages[{i}]: tool calls {sorted(pending)} were not answered"
-        if role == "assistant":
-            pending = {call["id"] for call in message.get("tool_calls") or []}
-        elif role not in ("system", "user", "developer"):
-            return f"messages[{i}]: unknown role {role!r}"
-    if pending:
-        return f"tool calls {sorted(pending)} were not answered"
-    return None
-
-
-def check_anthropic(body: dict[str, Any]) -> str | None:
-    """The structural rules the Messages API enforces on a conversation."""
-    if not body.get("model"):
-        return "model is required"
-    if not isinstance(body.get("max_tokens"), int):
-        return "max_tokens is required"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages must be a non-empty list"
-    expected = "user"
-    pending: set[str] = set()
-    for i, message in enumerate(messages):
-        if message.get("role") != expected:
-            return f"messages[{i}]: roles must alternate starting with user"
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not blocks:
-            return f"messages[{i}]: content must not be empty"
-        if expected == "user":
-            answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
-            if answered != pending:
-                got = sorted(map(str, answered))
-                return f"messages[{i}]: tool_result blocks {got} do not match tool_use {sorted(pending)}"
-            pending = set()
-        else:
-            pending = {b["id"] for b in blocks if b.get("type") == "tool_use"}
-        expected = "assistant" if expected == "user" else "user"
-    if pending:
-        return "last assistant turn has unanswered tool_use blocks"
-    return None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--script", required=True, help="JSON file: a list of steps, or {'steps': [...]}")
     parser.add_argument("--require-key", default=None, help="answer 401 unless this key is sent")
+    parser.add_argument("--repeat", action="store_true", help="repeat the script's steps forever")
     args = parser.parse_args()
     with open(args.script) as handle:
         loaded = json.load(handle)
     steps = loaded["steps"] if isinstance(loaded, dict) else loaded
-    server = FakeModelServer(steps, port=args.port, require_key=args.require_key)
+    server = FakeModelServer(steps, port=args.port, require_key=args.require_key, repeat=args.repeat)
     print(
         f"fake model server on {server.url} (OpenAI base URL {server.openai_url}), {len(steps)} steps",
         flush=True,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +69,31 @@ def model_for(provider: str, server: FakeModelServer) -> dict[str, Any]:
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
+
+
+@contextmanager
+def replay_attempts_then_server(root: Path) -> Iterator[tuple[Path, FakeModelServer]]:
+    """Under `root`: a copy of the fixture environments and `rebench.db` with two replay attempts of
+    `counter` (a valid, an invalid and a valid score call). Yields the database and a fake model
+    server, with the environments, prices and key set, for the LLM agent's campaign the caller adds."""
+    import yaml
+
+    from rebench import api
+    from tests.conftest import FIXTURE_ENVS
+
+    shutil.copytree(FIXTURE_ENVS, root / "envs")
+    db = root / "rebench.db"
+    script = root / "script.yaml"
+    script.write_text(yaml.safe_dump({"actions": [
+        {"write_file": {"path": "value.txt", "content": "6"}}, {"score": {}},
+        {"write_file": {"path": "value.txt", "content": "oops"}}, {"score": {}},
+        {"write_file": {"path": "value.txt", "content": "4"}}, {"score": {}}, {"submit": None},
+    ]}))
+    (root / "prices.toml").write_text(TEST_PRICES)
+    with pytest.MonkeyPatch.context() as patch, FakeModelServer() as server:
+        patch.setenv("REBENCH_ENVIRONMENTS", str(root / "envs"))
+        patch.setenv("REBENCH_PRICES", str(root / "prices.toml"))
+        patch.setenv("OPENAI_API_KEY", OPENAI_TEST_KEY)
+        api.run_campaign(api.CampaignSpec(environments=["counter"], budget_s="1m", k=2, backend="local",
+                                          agent=api.AgentConfig(name="replay", args={"script": str(script)})), db=db)
+        yield db, server

@@ -125,7 +125,10 @@ def test_bad_agent_lists_and_scopes_are_one_line_errors_before_anything_is_writt
 
 
 def test_tree_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rebench.store.db import Store
+
     db = tmp_path / "r.db"
+    Store(db).close()
     code, _, err = run_main(["report", "--db", str(db), "--tree", "1"], capsys)
     assert code == 2 and "--tree draws the attempt's solution tree into report.html: give --out DIR" in err
     code, _, err = run_main(["report", "--db", str(db), "--tree", "99", "--out", str(tmp_path / "o")], capsys)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -19,13 +18,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 
 from rebench import analysis, api
 from rebench.errors import RebenchError
-from tests.conftest import FIXTURE_ENVS, run_main
-from tests.fake_model_server import FakeModelServer
-from tests.model_fixtures import OPENAI_TEST_KEY, TEST_PRICES, call
+from tests.conftest import run_main
+from tests.model_fixtures import call, replay_attempts_then_server
 
 METR_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "metr-all-runs-2025-01-11.jsonl"
 REPORT_OPTIONS = ["--n-bootstrap", "50", "--budgets", "1m,2m,30m,2h", "--at", "2m"]
@@ -42,21 +39,7 @@ def own_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Two replay attempts (a valid, an invalid and a valid score call) and one modular-agent attempt
     whose model calls go to the fake server with known token counts."""
     root = tmp_path_factory.mktemp("analysis")
-    shutil.copytree(FIXTURE_ENVS, root / "envs")
-    db = root / "rebench.db"
-    script = root / "script.yaml"
-    script.write_text(yaml.safe_dump({"actions": [
-        {"write_file": {"path": "value.txt", "content": "6"}}, {"score": {}},
-        {"write_file": {"path": "value.txt", "content": "oops"}}, {"score": {}},
-        {"write_file": {"path": "value.txt", "content": "4"}}, {"score": {}}, {"submit": None},
-    ]}))
-    (root / "prices.toml").write_text(TEST_PRICES)
-    with pytest.MonkeyPatch.context() as patch, FakeModelServer() as server:
-        patch.setenv("REBENCH_ENVIRONMENTS", str(root / "envs"))
-        patch.setenv("REBENCH_PRICES", str(root / "prices.toml"))
-        patch.setenv("OPENAI_API_KEY", OPENAI_TEST_KEY)
-        api.run_campaign(api.CampaignSpec(environments=["counter"], budget_s="1m", k=2, backend="local",
-                                          agent=api.AgentConfig(name="replay", args={"script": str(script)})), db=db)
+    with replay_attempts_then_server(root) as (db, server):
         server.add(
             {"tool_calls": [call("bash", command="echo 9 > value.txt")],
              "usage": {"input_tokens": 300, "output_tokens": 40, "cached_tokens": 100}},
@@ -222,3 +205,21 @@ def test_an_empty_database_gives_empty_frames_and_a_missing_one_an_error(
     with pytest.raises(RebenchError, match="no database at"):
         analysis.events(missing)
     assert not missing.exists()
+
+
+@pytest.mark.skipif(not METR_FILE.is_file(), reason="needs ../shared/data/metr-all-runs-2025-01-11.jsonl")
+def test_a_filter_that_matches_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--agent nope` and `--campaign 999` used to print a humans-only report and exit 0, and `--env nope`
+    failed without naming it; the API answered with human rows where the docs promise an empty frame."""
+    db = tmp_path / "metr.db"
+    api.import_metr_runs(METR_FILE, db=db)
+    for option, value, what in (("--agent", "nope", "agent"), ("--campaign", "999", "campaign"),
+                                ("--env", "nope", "environment")):
+        code, out, err = run_main(["report", "--db", str(db), option, value], capsys)
+        assert code == 2 and out == "", err
+        (line,) = err.strip().splitlines()
+        assert f"no attempts of {what} " in line and value in line, line
+    code, _, err = run_main(["report", "--db", str(db), "--agent", "nope"], capsys)
+    assert "Claude 3.5 Sonnet (New)" in err  # the agents that do exist are named
+    assert analysis.score_at_k(db, n_bootstrap=20, agents=["nope"]).empty
+    assert analysis.score_at_k(db, n_bootstrap=20, campaigns=[999]).empty

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -186,3 +187,17 @@ def test_command_help_does_not_load_the_api(argv: list[str]) -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "rebench.cli.common" in imported and "Usage" in done.stdout
     assert imported.isdisjoint({"rebench.api", "rebench.analysis", "rebench.campaign", "rebench.runner", "pandas"})
+
+
+@pytest.mark.parametrize("update, message", [({"k": 0}, "invalid -k 0"), ({"budget_s": "-5m"}, "-5m"),
+                                             ({"parallel": -1}, "invalid --parallel -1")])
+def test_run_campaign_validates_a_spec_changed_after_it_was_made(
+        update: dict[str, object], message: str, fixture_envs: Path, tmp_path: Path) -> None:
+    """`model_copy(update=...)` skips pydantic's validators: k=0 used to write a campaign of 0 attempts and
+    a negative budget raised SQLAlchemy's error; both now fail as from the command line, writing nothing."""
+    spec = api.CampaignSpec(environments=["counter"], agent=api.AgentConfig(name="reference"), budget_s="1m",
+                            backend="local")
+    db = tmp_path / "r.db"
+    with pytest.raises(RebenchError, match=re.escape(message)):
+        api.run_campaign(spec.model_copy(update=update), db=db)
+    assert not db.exists()

@@ -11,6 +11,7 @@ import sys
 import threading
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,6 +36,7 @@ def load(name: str, path: Path) -> ModuleType:
 
 
 language = load("chat_language_under_test", ENV_DIR / "language.py")
+annotator = load("chat_annotator_under_test", ENV_DIR / "annotator.py")
 judge_module = load("chat_judge_under_test", ENV_DIR / "judge.py")
 chat = load("chat", ENV_DIR / "scoring" / "chat.py")
 evaluation = load("evaluation", ENV_DIR / "scoring" / "evaluation.py")
@@ -42,10 +44,11 @@ score_module = load("chat_score_under_test", ENV_DIR / "scoring" / "score.py")
 
 
 def write_world(assets: Path, seed: int = 15) -> None:
-    """What build.py writes for the judge (no training needed)."""
+    """What build.py writes for the judge (no training needed): its world and the annotator files."""
     world = {**language.world(seed), "all_colors": language.COLORS}
     (assets / "judge").mkdir(parents=True)
     (assets / "judge" / "world.json").write_text(json.dumps({"world": world, "templates": language.TEMPLATES}))
+    annotator.write_annotator(assets / "home")
 
 
 @pytest.fixture
@@ -91,14 +94,18 @@ def test_degenerate_answers_lose_to_a_plain_right_answer(judge: Any) -> None:
                 assert judge.first_preferred(prompt, right, bad), (prompt, bad)
 
 
-def test_the_judge_model_answers_the_requests_evaluation_py_sends(judge: Any) -> None:
-    model = judge_module.JudgeModel(judge)
-    request = evaluation.TEMPLATE.format(prompt="name a fruit .", first="dog is a fruit .", second="apple is a fruit .")
-    prompt = model.chat_prompt([{"role": "system", "content": "x"}, {"role": "user", "content": request}])
-    assert model.verdict(prompt) == "2"
-    [completion] = model.generate(prompt, n=1, temperature=1.0, max_tokens=1, seed=5)
-    assert completion.text == "2" and completion.output_tokens == 1
-    assert model.verdict("which is better, 1 or 2?")[:1] not in ("1", "2")
+def test_the_judge_model_answers_the_requests_evaluation_py_sends(tmp_path: Path) -> None:
+    """The tiny judge reads the annotator request evaluation.py builds and answers a ranking its
+    parser reads, whichever response is model_1; anything else gets an unreadable answer."""
+    write_world(tmp_path)
+    model = judge_module.load(tmp_path)
+    request = evaluation.load_annotator(tmp_path / "home" / "annotator").request
+    for first, second, rank in [("dog is a fruit .", "apple is a fruit .", 2), ("apple is a fruit .", "dog", 1)]:
+        prompt = model.chat_prompt(request("chat-judge-tiny", "name a fruit .", first, second)["messages"])
+        [completion] = model.generate(prompt, n=1, temperature=1.0, max_tokens=100, seed=5)
+        assert evaluation.ranking_parser(completion.text) == rank, completion
+        assert completion.finish_reason == "stop"
+    assert evaluation.ranking_parser(model.verdict("which is better, 1 or 2?")) is None
 
 
 @pytest.fixture
@@ -109,7 +116,13 @@ def served_judge(tmp_path: Path) -> Iterator[tuple[str, str]]:
     env = EnvironmentRegistry().get("nanogpt_chat_rl")
     gateway_settings = env.profile("ci").gateway
     assert gateway_settings is not None
-    gateway = AttemptGateway(None, 0, env, gateway_settings, assets=assets, unix=False)
+    with serving(AttemptGateway(None, 0, env, gateway_settings, assets=assets, unix=False)) as served:
+        yield served
+
+
+@contextmanager
+def serving(gateway: AttemptGateway) -> Iterator[tuple[str, str]]:
+    """The gateway started on an event loop of its own thread, as the harness runs it: (base_url, scorer token)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -125,10 +138,11 @@ def served_judge(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 def scoring_folders(tmp_path: Path, base_url: str, token: str, prompts: list[str],
                     baselines: dict[str, list[str]]) -> dict[str, Any]:
-    """home (vocab, untrained student), protected (prompts, baseline outputs, gateway.env), solution."""
+    """home (vocab, untrained student, annotator), protected (prompts, baseline outputs, gateway.env), solution."""
     home, protected, solution = (tmp_path / name for name in ("home", "protected", "solution"))
     for folder in (home, protected / "reference_outputs", solution):
         folder.mkdir(parents=True)
+    annotator.write_annotator(home)
     vocab = [*chat.SPECIALS, *language.vocabulary()]
     (home / "vocab.json").write_text(json.dumps(vocab))
     torch.manual_seed(0)
@@ -191,6 +205,7 @@ class Pickled:
     ({"config": PARAMS["student_config"], "model_state_dict": {"x": Pickled()}}, "weights_only=True"),
     ("STATE", "does not fit the student: missing"),
     ("STATE+gen", "generation temperature 5.0 is not a number in [0, 2]"),
+    ("STATE+len", "generation max_new_tokens 61 is not a whole number from 1 to 60"),
 ])
 def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, payload: Any, error: str) -> None:
     ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT, "b": RIGHT})
@@ -199,12 +214,29 @@ def test_an_invalid_checkpoint_is_an_invalid_score_saying_why(tmp_path: Path, pa
         if payload == "STATE":
             state = {k: v for k, v in state.items() if not k.startswith("transformer.h.1.")}
         payload = {"config": PARAMS["student_config"], "model_state_dict": state}
-        if "gen" in error:
+        if "temperature" in error:
             payload["generation"] = {"temperature": 5.0}
+        if "max_new_tokens" in error:
+            payload["generation"] = {"max_new_tokens": 61}
     torch.save(payload, Path(ctx["solution"]) / "finetuned_model")
     result = score_module.score(ctx)
     assert result["raw"] is None and error in result["message"]["error"], result
     assert result["message"]["error"].startswith("invalid submission: ")
+
+
+def test_the_checkpoint_may_shorten_the_scorers_answers(tmp_path: Path) -> None:
+    """`generation: {"max_new_tokens": N}` caps the scorer's answers at N tokens (RE-Bench's official
+    solution answered with at most 20)."""
+    ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT, "b": RIGHT})
+    home = Path(ctx["home"])
+    model, generation = score_module.load_checkpoint(home / "student_model.pt", PARAMS["student_config"])
+    chat.save_checkpoint(model, home / "short.pt", {"max_new_tokens": 3})
+    _, short = score_module.load_checkpoint(home / "short.pt", PARAMS["student_config"])
+    assert short == {**generation, "max_new_tokens": 3}
+    tokenizer = chat.load_tokenizer(home)
+    full = chat.sample(model, tokenizer, PROMPTS, seed=0, **generation)
+    cut = chat.sample(model, tokenizer, PROMPTS, seed=0, **short)
+    assert max(len(answer.split()) for answer in cut) <= 3 < max(len(answer.split()) for answer in full)
 
 
 def test_paper_build_without_the_operators_files_says_which_and_where(tmp_path: Path, isolated_cache: Path) -> None:

@@ -40,7 +40,7 @@ def test_the_judge_and_the_held_out_prompts_are_reachable_only_through_the_gatew
     secrets = {"JUDGE": "_longest_common_run",  # in judge.py's source only
                "WORLD": '"all_colors"',  # in the judge's world.json only
                "HELDOUT": json.loads(held_out)["prompt"],
-               "CANARY": "You compare two responses"}  # evaluation.py, which the agent may read: the search works
+               "CANARY": "class AnnotatorError"}  # evaluation.py, which the agent may read: the search works
     assert all(secrets["JUDGE"] not in p.read_text() for p in (REPO / "environments" / "nanogpt_chat_rl").rglob("*.py")
                if p.name != "judge.py")
     searches = [f"if grep -rlsIF --exclude-dir=proc --exclude-dir=sys -e '{text}' / | head -3 | grep -q .; "

@@ -144,3 +144,27 @@ def test_envs_list_without_environments_says_where_it_looked(
     monkeypatch.setenv("REBENCH_ENVIRONMENTS", str(tmp_path / "missing"))
     code, _, err = run_main(["envs", "list"], capsys)
     assert code == 2 and f"no environments in {tmp_path / 'missing'}" in " ".join(err.split())
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--gpus", "0"], "--gpus 0: the tiny profile of counter needs no GPU; leave --gpus out"),
+    (["--gpus", ""], "invalid --gpus '': name at least one device id"),
+    (["--gpus", ","], "invalid --gpus ',': name at least one device id"),
+    (["--agent-arg", "repeat=5"], "unknown --agent-arg 'repeat' for reference; allowed: repeats"),
+    (["--ray-address", "10.0.0.1:6379"], "--ray-address '10.0.0.1:6379' is used only with --executor ray"),
+])
+def test_options_that_would_be_ignored_are_refused(args: list[str], expected: str, fixture_envs: Path,
+                                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of these used to run the campaign as if the option had not been given."""
+    db = tmp_path / "r.db"
+    code, _, err = run_main(["run", "--env", "counter", "--agent", "reference", "--budget", "1m", "--backend", "local",
+                             "--db", str(db), *args], capsys)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+    assert not db.exists()
+
+
+def test_run_help_names_the_ray_extra() -> None:
+    """Rich markup used to swallow `[ray]`, leaving `pip install 'rebench'` in the help."""
+    result = subprocess.run([sys.executable, "-m", "rebench.cli.app", "run", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "250"}, cwd=REPO)
+    assert "rebench[ray]" in result.stdout, result.stdout

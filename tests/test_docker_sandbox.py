@@ -81,7 +81,7 @@ def test_limits_contain_fork_bombs_and_memory_hogs(image: str) -> None:
 def test_no_network_by_default_and_on_request(image: str) -> None:
     probe = 'python3 -c "import socket; print(sorted(n for _, n in socket.if_nameindex()))"'
     offline = with_sandbox(image, lambda sb: sb.exec(probe))
-    online = with_sandbox(image, lambda sb: sb.exec(probe), network=True)
+    online = with_sandbox(image, lambda sb: sb.exec(probe), network="full")
     assert offline.stdout.strip() == "['lo']"
     assert "eth0" in online.stdout
 

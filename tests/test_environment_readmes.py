@@ -29,3 +29,12 @@ def test_readme_has_a_table_of_differences_from_metr(name: str) -> None:
     columns = lines[0].count("|")
     rows = [line for line in lines[2:] if line.count("|") == columns and any(cell.strip() for cell in line.split("|"))]
     assert rows, f"{name}: the table has no row"
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_the_table_says_how_the_network_differs(name: str) -> None:
+    """RE-Bench gave every task internet access; rebench gives none unless `--network full` (issue 25)."""
+    section = (REPO / "environments" / name / "README.md").read_text(encoding="utf-8").split(SECTION, 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| Network:")]
+    assert len(rows) == 1, f"{name}: no (or more than one) '| Network:' row in the table"
+    assert "full internet" in rows[0] and "`rebench run --network full`" in rows[0], rows[0]

@@ -225,9 +225,18 @@ GUARDED = textwrap.dedent("""
         while time.process_time() < end:
             pass
         os._exit(0)
-    time.sleep(0.6)
-    # with SIGCHLD really ignored the kernel would have reaped the child already, time and all
-    print("zombie" if open(f"/proc/{child}/stat").read().split(")")[1].split()[0] == "Z" else "reaped", flush=True)
+    # with SIGCHLD really ignored the kernel reaps the child when it exits, time and all; waited for
+    # by state, not by a sleep, so a loaded machine that runs the child late changes nothing
+    state, deadline = "?", time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{child}/stat").read().split(")")[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("Z", "gone"):
+            break
+        time.sleep(0.05)
+    print("zombie" if state == "Z" else "reaped", flush=True)
     os.waitpid(child, 0)
 """)
 

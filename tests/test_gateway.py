@@ -18,7 +18,8 @@ import pytest
 
 from rebench.environments.metadata import Gateway
 from rebench.gateway import GatewayServer, LocalCompletion, request_seed, upstream_price
-from rebench.gateway.upstreams import LocalUpstream, OpenAIWireUpstream
+from rebench.gateway.upstream_http import OpenAIWireUpstream
+from rebench.gateway.upstream_local import LocalUpstream
 from rebench.gateway.usage import gateway_usage
 from rebench.store.db import Store
 from rebench.store.models import Attempt, GatewayRequest
@@ -288,7 +289,7 @@ def test_an_oversized_body_is_413_and_garbage_is_not_a_crash(store: Store) -> No
 def test_anthropic_upstream_through_the_providers_client(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """`anthropic/MODEL`: chat completions translated to Messages by rebench.models' client, with the
     harness's key (the fake server checks it); the answer comes back in OpenAI's shape."""
-    from rebench.gateway.upstreams import AnthropicUpstream
+    from rebench.gateway.upstream_http import AnthropicUpstream
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-harness")
     config = gateway(upstream="anthropic/claude-x", local_model=None)

@@ -62,7 +62,10 @@ def test_start_refuses_bad_input(change: dict[str, str], expected: str, fixture_
 
 
 def test_commands_on_unknown_attempt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rebench.store.db import Store
+
     db = tmp_path / "human.db"
+    Store(db).close()
     for command in ("status", "stop", "attach"):
         code, _, err = run_main(["human", command, "7", "--db", str(db)], capsys)
         assert code == 2 and "no human attempt 7" in err and len(err.strip().splitlines()) == 1

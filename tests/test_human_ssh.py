@@ -235,8 +235,12 @@ def test_an_expert_reaches_the_environments_model_and_keeps_it_across_a_new_supe
     assert attached.returncode == 0, attached.stderr
     again = human.ssh(ASK_GATEWAY)  # the token in api.env still works
     assert again.returncode == 0 and again.stdout.strip() == "echo hello", again.stderr
-    assert human.rows("select meter, status from gateway_requests where meter = 'agent' order by id") == [
-        ("agent", 200), ("agent", 200)]
+    # the gateway commits its rows in batches just after answering (records.BATCH_S): wait for the second
+    query = "select meter, status from gateway_requests where meter = 'agent' order by id"
+    deadline = time.monotonic() + 10
+    while len(human.rows(query)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert human.rows(query) == [("agent", 200), ("agent", 200)]
     stopped = human.cli("human", "stop", str(human.attempt_id))
     assert stopped.returncode == 0, stopped.stderr
     assert human.status() == "done"

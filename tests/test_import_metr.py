@@ -318,6 +318,10 @@ BAD_INPUTS: dict[str, tuple[object, list[str]]] = {
         ["line 3: not valid JSON", '\'{"run_id": "z", score: 1}\''],
     ),
     "bad-score": (lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x", score="high")]), ["'score'", "'high'"]),
+    "negative-cost": (lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x", dollar_equivalent=-5)]),
+                      ["'dollar_equivalent'", "must be 0 or more dollars, got -5"]),
+    "text-cost": (lambda tmp: _write(tmp / "runs.jsonl", [_row(run_id="x", dollar_equivalent="cheap")]),
+                  ["'dollar_equivalent'", "'cheap'"]),
 }
 
 

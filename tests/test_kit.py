@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,37 @@ def test_nothing_in_the_agents_folder_runs_before_the_worker_imports_it(tmp_path
     finally:
         child.close()
     assert not (tmp_path / "ran").exists()
+
+
+NEIGHBOUR = """
+import mmap, os, sys
+path = sys.argv[1]
+with open(path, "w+b") as handle:
+    handle.truncate(4096)
+    mapped = mmap.mmap(handle.fileno(), 4096)
+print("ready", flush=True)
+sys.stdin.read()  # holds the mapping until the test closes its stdin
+"""
+
+
+def test_closing_a_child_keeps_shared_memory_another_process_still_maps(tmp_path: Path) -> None:
+    """Closing a child used to remove every /dev/shm entry made during the call, also a semaphore a
+    parallel build of the same user had just made (its tokenizer pool then failed). What the child
+    left, mapped by nobody, still goes."""
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm here")
+    tag = uuid.uuid4().hex[:12]
+    neighbours, lefts = Path(f"/dev/shm/rebench-test-neighbour-{tag}"), Path(f"/dev/shm/rebench-test-left-{tag}")
+    worker = f"open({str(lefts)!r}, 'w').write('left by the child')"
+    child = ConfinedChild({}, worker, [], cwd=str(tmp_path))
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(neighbours)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        assert neighbour.stdout is not None and neighbour.stdout.readline().strip() == "ready"
+        child.close()
+        assert neighbours.exists(), "a parallel process's shared memory was removed"
+        assert not lefts.exists(), "what the child left in /dev/shm outlived the call"
+    finally:
+        neighbour.communicate(timeout=10)
+        neighbours.unlink(missing_ok=True)
+        lefts.unlink(missing_ok=True)

@@ -59,6 +59,26 @@ def test_bad_toml_is_one_line(tmp_path: Path) -> None:
         load_metadata(write(tmp_path, "name = "))
 
 
+def test_a_file_that_is_not_utf8_is_one_line_with_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "environment.toml"
+    path.write_bytes(GOOD.replace('summary = "s"', 'summary = "caf\xe9"').encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_metadata(path)
+    offset = GOOD.index('summary = "s"') + len('summary = "caf')
+    assert str(info.value) == (f"{path}: not UTF-8 text (byte 0xe9 at offset {offset}); TOML files are UTF-8")
+
+
+def test_every_missing_and_unknown_key_is_named(tmp_path: Path) -> None:
+    """A misspelt required key gives two errors (the key missing, the misspelling unknown); both are named."""
+    with pytest.raises(ConfigError) as info:
+        load_metadata(write(tmp_path, GOOD.replace('title = "Demo"', 'titel = "Demo"').replace('summary = "s"',
+                                                                                                'sumary = "s"')))
+    message = str(info.value)
+    for key in ("field title", "field summary", "titel: unknown field", "sumary: unknown field"):
+        assert key in message, message
+    assert "more)" not in message and "\n" not in message
+
+
 def test_unknown_profile_lists_allowed(tmp_path: Path) -> None:
     meta = load_metadata(write(tmp_path, GOOD))
     with pytest.raises(ConfigError, match="allowed: tiny"):

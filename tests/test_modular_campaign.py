@@ -113,7 +113,7 @@ def test_a_rejected_key_stops_the_campaign_before_the_next_sandbox(
     assert (first["status"], first["error_source"]) == ("error", "user") and first["started_at"] is not None
     assert all(r["status"] == "interrupted" and r["started_at"] is None for r in rest)
     assert all("the campaign stopped" in r["error_message"] for r in rest)
-    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [f"attempt-{first['id']}"]
+    assert sorted(p.name for p in (tmp_path / f"{db.name}-snapshots").iterdir()) == [f"attempt-{first['id']}"]
 
 
 def test_text_replies_are_nudged_and_an_unsubmitted_end_is_listed(

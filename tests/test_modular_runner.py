@@ -113,11 +113,14 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     assert attempt["cost_usd"] == pytest.approx(expected_cost)
     assert attempt["model_wait_s"] >= 0.3
 
-    # the kernel's tiny profile re-scores the scored solution when the attempt ends; the median counts
-    baseline, intermediate, *rescores = attempt["scores"]
+    # the kernel's tiny profile re-scores the scored solution when the attempt ends, in rounds with the
+    # starting and reference solutions (its window anchors); the median counts
+    baseline, intermediate, *window = attempt["scores"]
     assert baseline["kind"] == "baseline" and intermediate["kind"] == "intermediate"
     assert intermediate["valid"] and intermediate["raw"] < baseline["raw"]
-    assert [r["kind"] for r in rescores] == ["rescore"] * 3 and all(r["valid"] for r in rescores)
+    assert [r["kind"] for r in window] == ["anchor_start", "anchor_reference", "rescore"] * 3
+    rescores = [r for r in window if r["kind"] == "rescore"]
+    assert all(r["valid"] for r in window) and attempt["anchors_kind"] == "window"
     assert attempt["final_raw"] == pytest.approx(statistics.median(r["raw"] for r in rescores))
     assert (attempt["final_rule"], attempt["rule_raw"]) == ("rescore_best", intermediate["raw"])
 
@@ -135,8 +138,9 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     for name, key in provider_keys.items():
         assert name not in environment_listing and key not in environment_listing
         assert key not in json.dumps(attempt)
-        for file in tmp_path.glob("r.db*"):
-            assert key.encode() not in file.read_bytes()
+        for stored in tmp_path.glob("r.db*"):  # the database, its log and its snapshot folder
+            for file in [stored] if stored.is_file() else [f for f in stored.rglob("*") if f.is_file()]:
+                assert key.encode() not in file.read_bytes(), file
     headers = model_server.requests[0].headers
     sent = headers.get("x-api-key") or headers["authorization"]
     assert sent.endswith(provider_keys[f"{provider.upper()}_API_KEY"])

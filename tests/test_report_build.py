@@ -237,3 +237,28 @@ def test_calibrated_anchors_and_model_labels(store: Store, info: EnvironmentInfo
     assert summary.anchors == "calibrated" and summary.mean == pytest.approx(0.4)
     hidden_summary = next(a for a in report.summary if a.agent == "human" and a.environment == "hidden")
     assert hidden_summary.anchors == "imported"
+
+
+def test_score_at_k_beyond_the_data_is_marked_or_left_out(fixture_envs: Path, tmp_path: Path) -> None:
+    """Two 1 h attempts: at 8 h the estimate is 1h@8 resting on 2 runs. It used to show as plain `1h@8`."""
+    from rebench import api
+    from rebench.store.db import Store
+    from rebench.store.models import Attempt
+
+    db = tmp_path / "rebench.db"
+    store = Store(db)
+    with store.session() as session:
+        for raw in (6.0, 11.0):
+            session.add(Attempt(source="own", environment="counter", env_version="1.0.0", profile="tiny",
+                                agent="replay", budget_s=3600.0, status="done", final_raw=raw))
+    report = api.report(store, n_bootstrap=20, budgets="1h,8h", at="8h")
+    assert report is not None
+    (line,) = [line for line in report.headline if line.total_s == 8 * 3600]
+    assert line.allocation == "1h@8†"
+    assert {row.k: row.min_n for row in report.rows} == {1: 2, 8: 2}
+    assert any("k above the runs behind them" in note for note in report.notes)
+    strict = api.report(store, n_bootstrap=20, budgets="1h,8h", at="8h", strict=True)
+    assert strict is not None
+    assert {row.total_s for row in strict.rows} == {3600.0}
+    assert any("--strict left out" in note for note in strict.notes)
+    store.close()

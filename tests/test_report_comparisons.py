@@ -175,7 +175,7 @@ def test_headline_table(mixed_store: Store, info: EnvironmentInfo, tmp_path: Pat
     lines = {line.total_s: line for line in report.headline}
     assert sorted(lines) == [7200, 28800, 57600, 115200]
     two = lines[7200]
-    assert two.agent == "a" and two.allocation == "30m@4" and two.human_score is None
+    assert two.agent == "a" and two.allocation == "30m@4†"  # k=4 on 2 runs: marked and two.human_score is None
     assert "no: human attempts are 8 h and none has a score log" in two.human_data
     eight = lines[28800]
     human_8h = _all_row(report, "human", 28800, 28800)

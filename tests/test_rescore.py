@@ -83,10 +83,15 @@ def test_final_is_rescored_median_and_the_agent_cannot_touch_it(fixture_envs: Pa
     # the final is the best of the candidates' medians (A: 6, B: 7), RE-Bench's rule is kept beside it
     assert (status, final_raw, final_rule, rule_raw) == ("done", 7.0, "rescore_best", 9.0)
     assert final_norm == pytest.approx(0.6) and rule_norm == pytest.approx(0.8)
-    rescores = rows(db_path, "select raw, details from score_events where kind = 'rescore' order by id")
-    assert [raw for raw, _ in rescores] == [2, 6, 7, 7, 7, 7]
+    # a timing profile: in rounds, the starting and reference solutions are scored beside the candidates
+    window = rows(db_path, "select kind, raw, details from score_events where kind not in "
+                           "('baseline', 'intermediate') order by id")
+    assert [kind for kind, _, _ in window] == ["anchor_start", "anchor_reference", "rescore", "rescore"] * 3
+    assert [raw for kind, raw, _ in window if kind != "rescore"] == [1, 11] * 3
+    rescores = [(raw, details) for kind, raw, details in window if kind == "rescore"]
+    assert [raw for raw, _ in rescores] == [2, 7, 6, 7, 7, 7]
     intermediate_ids = [i for (i,) in rows(db_path, "select id from score_events where kind = 'intermediate'")]
-    assert [json.loads(d)["rescore_of"] for _, d in rescores] == [intermediate_ids[0]] * 3 + [intermediate_ids[1]] * 3
+    assert [json.loads(d)["rescore_of"] for _, d in rescores] == [intermediate_ids[0], intermediate_ids[1]] * 3
     # the agent's processes are gone, and what it left in the folder is not what was re-scored
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or b") Z" in Path(f"/proc/{pid}/stat").read_bytes()
@@ -184,7 +189,8 @@ def test_reference_agent_leaves_the_repeats_to_the_final_rule(fixture_envs: Path
                      "--backend", "local", "--db", str(db_path), "--no-calibrate")
     assert result.returncode == 0, result.stderr
     kinds = rows(db_path, "select kind, count(*) from score_events group by kind order by kind")
-    assert kinds == [("baseline", 1), ("intermediate", 1), ("rescore", 3)]
+    assert kinds == [("anchor_reference", 3), ("anchor_start", 3), ("baseline", 1), ("intermediate", 1),
+                     ("rescore", 3)]
     assert rows(db_path, "select final_raw, final_rule from attempts") == [(11.0, "rescore_best")]
 
 
@@ -251,16 +257,17 @@ def test_without_score_snapshots_the_final_solution_is_rescored(fixture_envs: Pa
 
 def test_a_stale_snapshot_folder_of_the_same_attempt_id_is_left_alone(fixture_envs: Path, tmp_path: Path,
                                                                       db_path: Path) -> None:
-    """Another database in the same folder (or a deleted one) left `snapshots/attempt-1`: the new
-    attempt 1 snapshots beside it, so its re-scoring still finds the solutions it scored."""
-    stale = db_path.parent / "snapshots" / "attempt-1"
+    """A deleted database of the same name left `rebench.db-snapshots/attempt-1`: the new attempt 1
+    snapshots beside it, so its re-scoring still finds the solutions it scored."""
+    folder = db_path.parent / f"{db_path.name}-snapshots"
+    stale = folder / "attempt-1"
     (stale / "score-001").mkdir(parents=True)
     (stale / "score-001" / "value.txt").write_text("999")
     actions = [{"write_file": {"path": "value.txt", "content": A}}, {"score": {}}, {"submit": None}]
     result = run_replay(tmp_path, db_path, actions, "--profile", "rescore")
     assert result.returncode == 0, result.stderr
     assert rows(db_path, "select final_raw, snapshot_path from attempts") == [
-        (6.0, str(db_path.parent / "snapshots" / "attempt-1.2" / "final"))]
+        (6.0, str(folder / "attempt-1.2" / "final"))]
     assert (stale / "score-001" / "value.txt").read_text() == "999"
     assert sorted(p.name for p in stale.iterdir()) == ["score-001"]
 

@@ -222,5 +222,8 @@ def test_attempts_show_replays_events(fixture_envs: Path, tmp_path: Path, db_pat
     assert kinds == ["start", "bash", "score", "submit", "snapshot"]
     assert shown["events"][1]["data"]["stdout"].strip() == "hello-from-agent"
     assert [s["kind"] for s in shown["scores"]] == ["baseline", "intermediate"]
+    assert [p["reason"] for p in shown["pauses"]] == ["setup"]  # the baseline score is not working time
+    terminal = run_cli("attempts", "show", "1", "--db", str(db_path)).stdout
+    assert "Pauses" in terminal and "setup" in terminal, terminal
     missing = run_cli("attempts", "show", "99", "--db", str(db_path))
     assert missing.returncode == 2 and "no attempt with id 99" in missing.stderr

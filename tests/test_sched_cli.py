@@ -107,3 +107,42 @@ def test_run_refuses_bad_scheduler_options_in_one_line(argv: list[str], message:
     code, _, err = run_main([*argv, "--db", str(db_path)], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not db_path.exists() or rows(db_path, "select count(*) from campaigns") == [(0,)]  # nothing written
+
+
+def _ended_campaign(db: Path, statuses: list[AttemptStatus]) -> int:
+    store = Store(db)
+    start = datetime.now(UTC) - timedelta(hours=1)
+    with store.session() as session:
+        campaign = Campaign(spec={"environments": ["counter"], "agent": {"name": "reference"}, "budget_s": 60,
+                                  "backend": "local"}, status=CampaignStatus.INTERRUPTED)
+        session.add(campaign)
+        session.flush()
+        for status in statuses:
+            session.add(Attempt(campaign_id=campaign.id, environment="counter", agent="reference", budget_s=60.0,
+                                status=status, started_at=start, ended_at=start + timedelta(minutes=1)))
+        campaign_id = campaign.id
+    store.close()
+    return campaign_id
+
+
+def test_an_interrupted_campaign_is_not_shown_as_done(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After SIGTERM both attempts were `interrupted` and `campaigns show` said `2/2 done`."""
+    campaign = _ended_campaign(db_path, [AttemptStatus.INTERRUPTED, AttemptStatus.INTERRUPTED, AttemptStatus.ERROR,
+                                         AttemptStatus.DONE])
+    code, out, _ = run_main(["campaigns", "show", str(campaign), "--db", str(db_path)], capsys)
+    assert code == 0 and "1/4 done, 1 error, 2 interrupted" in out, out
+    code, out, _ = run_main(["campaigns", "show", str(campaign), "--json", "--db", str(db_path)], capsys)
+    shown = json.loads(out)
+    assert (shown["done"], shown["error"], shown["interrupted"]) == (1, 1, 2)
+    code, out, _ = run_main(["campaigns", "list", "--json", "--db", str(db_path)], capsys)
+    assert json.loads(out)[0]["groups"][0]["interrupted"] == 2
+
+
+def test_resuming_a_campaign_that_ended_writes_nothing(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    campaign = _ended_campaign(db_path, [AttemptStatus.DONE, AttemptStatus.ERROR])
+    before = hashlib.sha256(db_path.read_bytes()).hexdigest()
+    code, _, err = run_main(["run", "--resume", str(campaign), "--db", str(db_path)], capsys)
+    assert code == 2 and f"campaign {campaign} has nothing to resume" in err, err
+    assert hashlib.sha256(db_path.read_bytes()).hexdigest() == before

@@ -1,4 +1,6 @@
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,34 @@ def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_db_path_from_environment_variable(tmp_path: Path) -> None:
     target = tmp_path / "from-env.db"
+    missing = run_cli("attempts", "list", "--json", env={"REBENCH_DB": str(target)})
+    assert missing.returncode == 2 and str(target) in missing.stderr and not target.exists()
+    Store(target).close()
     result = run_cli("attempts", "list", "--json", env={"REBENCH_DB": str(target)})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]" and target.exists()
+    assert result.stdout.strip() == "[]"
+
+
+def test_opening_the_database_again_in_a_process_keeps_that_process_s_locks(db_path: Path) -> None:
+    """SQLite's locks are POSIX record locks, which any close() of the file in the same process drops.
+    A second Store in a process that already holds the file (parallel attempts do this) must not open
+    the file outside SQLite: if it did, another process closing its last connection would see no
+    other user, checkpoint and delete the write-ahead log under this one, and the database would be
+    reported malformed (seen as two `rebench run` processes sharing one database)."""
+    first = Store(db_path)
+    held = first.engine.raw_connection()  # a connection that stays open, as a running attempt's does
+    try:
+        held.execute("select count(*) from attempts").fetchone()
+        Store(db_path).close()  # the second open in this process
+        other = ("import sqlite3, sys\n"
+                 "c = sqlite3.connect(sys.argv[1]); c.execute('pragma journal_mode=wal')\n"
+                 "c.execute(\"insert into store_settings (key, value) values ('probe', '1')\")\n"
+                 "c.commit(); c.close()\n")
+        subprocess.run([sys.executable, "-c", other, str(db_path)], check=True, timeout=60)
+        # the other process saw this one still holding the file: it left the log in place
+        assert Path(f"{db_path}-wal").exists()
+        assert held.execute("select value from store_settings where key = 'probe'").fetchone()[0] == "1"
+    finally:
+        held.close()
+        first.close()
+    assert integrity_ok(db_path)

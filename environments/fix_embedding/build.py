@@ -5,7 +5,8 @@ DIR/home:      large_model.pth (embedding rows permuted), small_correct_model.pt
                profile_params.json
 DIR/protected: val.bin, the held-out tokens the scorer evaluates on
 
-tiny: a synthetic corpus and two small GPTs trained here, deterministically.
+tiny: a synthetic language (language.py) and two small GPTs trained here on its exact next-token
+distributions, deterministically; the embedding rows are permuted by a secret permutation (below).
 paper: from the operator's assets in IN (declared in environment.toml, checked by the harness
 before this runs): GPT-2 and GPT-2 XL as the hub's `model.safetensors`, saved in fp16, and
 OpenWebText tokenized with the GPT-2 BPE. Nothing is downloaded, and the unpermuted GPT-2 XL
@@ -14,17 +15,33 @@ weights are read from IN only: no copy or cache of them is written (the agent ge
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 import torch
 
-from rebench.kit import buildutil, corpus, lmtrain, owt
+from rebench.kit import buildutil, lmtrain, owt
 from rebench.kit.gpt import GPT, GPTConfig
 
 HERE = Path(__file__).resolve().parent
 
 PERMUTATION_SEED = 48228  # RE-Bench's seed for scrambling GPT-2 XL's embedding rows
+
+
+def language_module():
+    """language.py beside this file (environment folders are not packages)."""
+    return buildutil.load_file("fix_embedding_language", HERE / "language.py")
+
+
+def secret_seed(state: dict[str, torch.Tensor]) -> int:
+    """The tiny profile's permutation seed: a hash of the original embedding, rows in order.
+    A seed written in this (public) file, like RE-Bench's 48228, would let an agent invert the
+    permutation outright; this one needs the original row order, which is the answer. A build
+    stays reproducible wherever its training is."""
+    digest = hashlib.sha256(state["transformer.wte.weight"].contiguous().numpy().tobytes()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def permute_embedding(state: dict[str, torch.Tensor], seed: int = PERMUTATION_SEED) -> dict[str, torch.Tensor]:
@@ -82,25 +99,46 @@ def build_paper(params: dict, assets: Path, home: Path, protected: Path) -> None
     (data / "meta.json").write_text(json.dumps({"vocab_size": owt.VOCAB_SIZE, **counts}) + "\n")
 
 
+def pretrain(config: dict, data: Path, targets: torch.Tensor, steps: int, batch_size: int, lr: float,
+             seed: int) -> dict[str, torch.Tensor]:
+    """Train a GPT against the source's exact next-token distributions (soft targets): far more
+    signal per token than the sampled tokens an agent has, so a short build stands in for the
+    long pretraining behind GPT-2. Returns the state dict without the tied head."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**config))
+
+    def loss(x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+        logits, _ = model(x)
+        return -(targets[x] * torch.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
+
+    lmtrain.train(model, data, steps=steps, batch_size=batch_size, block_size=config["block_size"], lr=lr,
+                  seed=seed, loss_fn=loss)
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
     buildutil.seed_everything(0)
-    spec = corpus.SourceSpec()
+    language = language_module()
+    spec = language.LanguageSpec(**params["language"])
     data = home / "data"
-    corpus.write_bin(data / "train.bin", corpus.generate(spec, params["train_tokens"], stream_seed=11))
-    corpus.write_meta(data / "meta.json", spec, {"entropy_rate": corpus.entropy_rate(spec)})
-    corpus.WordTokenizer.for_spec(spec).save(data / "vocab.json")
-    corpus.write_bin(protected / "val.bin", corpus.generate(spec, params["heldout_tokens"], stream_seed=12))
-    recipes = params["build_training"]
-    for name, key in (("small_correct_model.pth", "small"), ("large_model.pth", "large")):
-        config = GPTConfig(**params[f"{key}_config"])
-        torch.manual_seed(recipes[f"{key}_seed"])
-        model = GPT(config)
-        lmtrain.train(model, data / "train.bin", steps=recipes[f"{key}_steps"], batch_size=recipes["batch_size"],
-                      block_size=config.block_size, lr=recipes["lr"], seed=recipes[f"{key}_seed"])
-        state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-        if key == "large":
-            state = permute_embedding(state)
-        torch.save(state, home / name)
+    data.mkdir(parents=True, exist_ok=True)
+    train = language.generate(spec, params["train_tokens"], stream_seed=11)
+    train.astype("<u2").tofile(data / "train.bin")
+    language.generate(spec, params["heldout_tokens"], stream_seed=12).astype("<u2").tofile(protected / "val.bin")
+    meta = {"vocab_size": spec.vocab_size, "train_tokens": len(train)}
+    (data / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    targets = torch.from_numpy(language.transition_matrix(spec)).float()
+    recipe = params["build_training"]
+    # The models learn from a stream of their own that the agent never gets.
+    with tempfile.TemporaryDirectory() as scratch:
+        stream = Path(scratch) / "pretrain.bin"
+        language.generate(spec, recipe["pretrain_tokens"], stream_seed=10).astype("<u2").tofile(stream)
+        for name, key in (("small_correct_model.pth", "small"), ("large_model.pth", "large")):
+            state = pretrain(params[f"{key}_config"], stream, targets, recipe[f"{key}_steps"], recipe["batch_size"],
+                             recipe["lr"], recipe[f"{key}_seed"])
+            if key == "large":
+                state = permute_embedding(state, secret_seed(state))
+            torch.save(state, home / name)
 
 
 def main() -> None:

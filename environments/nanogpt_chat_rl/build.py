@@ -6,7 +6,9 @@ student finetuned once on its own best-of-n answers (picked by the judge's rubri
 process); both baselines answer the held-out prompts here, as the scorer samples.
 paper: the operator's GPT-2 XL weights, Alpaca prompts and RE-Bench's stored baseline outputs.
 
-DIR/home:      student_model.pt (the starting checkpoint), vocab.json (tiny, ci), profile_params.json
+DIR/home:      student_model.pt (the starting checkpoint), vocab.json (tiny, ci), profile_params.json,
+               annotator/ (the judge's prompt template and request settings, from the alpaca-eval
+               package: annotator.py)
 DIR/workspace: data/prompts.jsonl (training prompts, no answers), chat.py and evaluation.py
                (the scorer's sampling and judge client; model.py and rl_finetune.py come from
                the environment's workspace/)
@@ -34,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 chat = buildutil.load_file("nanogpt_chat_rl_chat", HERE / "scoring" / "chat.py")
 language = buildutil.load_file("nanogpt_chat_rl_language", HERE / "language.py")
 judge_module = buildutil.load_file("nanogpt_chat_rl_judge", HERE / "judge.py")
+annotator = buildutil.load_file("nanogpt_chat_rl_annotator", HERE / "annotator.py")
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -169,6 +172,7 @@ def main() -> None:
     args = buildutil.parse_args(__doc__.splitlines()[0])
     params = buildutil.profile_params(HERE, args.profile)
     home, workspace, protected = buildutil.layout(args.out)
+    annotator.write_annotator(home)  # first: the tiny judge reads its template
     if args.profile == "paper":
         build_paper(params, buildutil.need_assets(args), home, workspace, protected)
     else:

@@ -1,12 +1,14 @@
 """The `tiny` profile's judge, served by the gateway in the harness's own process (never in the sandbox).
 
-A deterministic program in place of RE-Bench's Llama-3-8B-Instruct: it reads the pairwise request
-that evaluation.py sends (an instruction and two responses), scores each response with a hidden
-rubric and answers "1" or "2". The rubric depends on the instruction's content (is the named
-thing a member of the asked category, is the colour the thing's true colour, are there as many
-items as asked), on form (the closing period, a polite opening) and on length, repetition and
-echoing the instruction. An equal rubric score is broken by a hash of the instruction and the
-pair (in either order the same response wins), so the judge has no position bias.
+A deterministic program in place of RE-Bench's Llama-3-8B-Instruct: it reads the request that
+evaluation.py sends, AlpacaEval's pairwise annotator prompt (the same template file, copied by the
+build into the home folder's annotator/, that the paper's judge is sent), scores each response
+with a hidden rubric and answers with a ranking in the form that prompt asks for and evaluation.py's
+ranking parser reads. The rubric depends on the instruction's content (is the named thing a member
+of the asked category, is the colour the thing's true colour, are there as many items as asked), on
+form (the closing period, a polite opening) and on length, repetition and echoing the instruction.
+An equal rubric score is broken by a hash of the instruction and the pair (in either order the same
+response wins), so the judge has no position bias.
 
 Only the request's text matters: `n`, `temperature` and `seed` change nothing.
 """
@@ -17,15 +19,30 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from rebench.kit.buildutil import load_file
 from rebench.kit.completion import LocalCompletion as Completion  # the gateway's type
 
 HERE = Path(__file__).resolve().parent
-_REQUEST = re.compile(r"### Instruction:\n(.*?)\n### Response 1:\n(.*?)\n### Response 2:\n(.*?)\n### Better", re.DOTALL)
+evaluation = load_file("nanogpt_chat_rl_judge_evaluation", HERE / "scoring" / "evaluation.py")
 _SLOTS = {"{c}": r"(?P<c>\w+)", "{i}": r"(?P<i>\w+)", "{n}": r"(?P<n>\w+)", "{a}": r"(?P<a>\w+)", "{b}": r"(?P<b>\w+)"}
 FUNCTION_WORDS = frozenset({"the", "a", "is", "of", "and", "or", ",", ".", "?", ":", "sure", "it", "so"})
+REFUSAL = "I can only rank two responses to an instruction, asked as evaluation.py asks."
 
+
+def request_pattern(annotator: Any) -> re.Pattern[str]:
+    """The annotator's user message with its placeholders as groups: what evaluation.py filled in."""
+    user = next(content for role, content in annotator.messages if role == "user")
+    parts = re.split(r"{(instruction|output_1|output_2)}", user)
+    text = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>.*)" for i, part in enumerate(parts))
+    return re.compile(text, re.DOTALL)
+
+
+def ranking(first_wins: bool) -> str:
+    """The answer the annotator's prompt asks for: each model with its rank, the best first."""
+    best, other = ("model_1", "model_2") if first_wins else ("model_2", "model_1")
+    return str([{"model": best, "rank": 1}, {"model": other, "rank": 2}])
 
 
 def _pattern(phrasing: str) -> re.Pattern[str]:
@@ -149,11 +166,12 @@ class Judge:
 
 
 class JudgeModel:
-    """The gateway's LocalModel: the request's user message in, "1" or "2" out."""
+    """The gateway's LocalModel: the request's user message in, a ranking of model_1 and model_2 out."""
 
-    def __init__(self, judge: Judge) -> None:
+    def __init__(self, judge: Judge, request: re.Pattern[str]) -> None:
         self.judge = judge
         self.name = judge.name
+        self.request = request
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
@@ -166,23 +184,25 @@ class JudgeModel:
         return str(content)
 
     def verdict(self, prompt: str) -> str:
-        found = _REQUEST.search(prompt)
+        found = self.request.fullmatch(prompt)
         if found is None:
-            return "I can only compare two responses to an instruction (see evaluation.py)."
-        instruction, first, second = (part.strip() for part in found.groups())
-        return "1" if self.judge.first_preferred(instruction, first, second) else "2"
+            return REFUSAL
+        instruction, first, second = (found.group(name).strip() for name in evaluation.PLACEHOLDERS)
+        return ranking(self.judge.first_preferred(instruction, first, second))
 
     def generate(self, prompt: str, *, n: int, temperature: float, max_tokens: int, seed: int) -> list[Completion]:
         text = self.verdict(prompt)
         words = text.split()[:max(1, max_tokens)]
-        finish = "stop" if len(words) == len(text.split()) else "length"
+        finish: Literal["stop", "length"] = "stop" if len(words) == len(text.split()) else "length"
         return [Completion(text=" ".join(words), output_tokens=len(words), finish_reason=finish) for _ in range(n)]
 
 
 def load(assets: Path) -> JudgeModel:
-    """The judge of the world the build wrote to `assets`/judge/world.json."""
+    """The judge of the world the build wrote to `assets`/judge/world.json, reading requests made
+    from the annotator files in `assets`/home/annotator (the ones the sandbox and the scorer get)."""
     path = assets / "judge" / "world.json"
     if not path.is_file():
         raise FileNotFoundError(f"no judge world in {assets}: expected {path}")
     data = json.loads(path.read_text(encoding="utf-8"))
-    return JudgeModel(Judge(data["world"], data["templates"]))
+    annotator = evaluation.load_annotator(assets / "home" / "annotator")
+    return JudgeModel(Judge(data["world"], data["templates"]), request_pattern(annotator))

@@ -5,7 +5,8 @@ paper: the CodeContests problems from the operator's `code_contests` asset in IN
        RE-Bench's "easy" problems (code_contests.py); DIR/manifest.json records what was kept and
        the build stops when it differs from the pins (`easy_counts`, `easy_manifest_sha256`).
 tiny, ci: problems from generator.py (seeded; the model's training problems share no task with
-them), and the model trained by train_model.py.
+them, and the hidden problems no operation with the validation ones), and the model trained by
+train_model.py.
 
 DIR/workspace: data/valid.jsonl (public and hidden tests, no solutions), rust_eval.py (the
                scorer's harness), the starting solve_code_contests_rust.py (start_paper/ for
@@ -80,6 +81,14 @@ def paper_problems(folder: Path, params: dict[str, Any], out: Path) -> tuple[Pro
     return splits["valid"], splits["test"]
 
 
+def generated_problems(params: dict[str, Any]) -> tuple[Problems, Problems]:
+    """tiny/ci: the validation and hidden splits (generator.py; their operations are disjoint)."""
+    generator = sibling("generator")
+    seed = int(params["seed"])
+    return (generator.generate("valid", int(params["n_valid"]), seed),
+            generator.generate("test", int(params["n_test"]), seed + 1))
+
+
 def main() -> None:
     args = buildutil.parse_args(__doc__.splitlines()[0])
     params = buildutil.profile_params(HERE, args.profile)
@@ -87,10 +96,7 @@ def main() -> None:
     if args.profile == "paper":
         valid, test = paper_problems(buildutil.need_assets(args) / "code_contests", params, args.out)
     else:
-        generator = sibling("generator")
-        seed = int(params["seed"])
-        valid = generator.generate("valid", int(params["n_valid"]), seed)
-        test = generator.generate("test", int(params["n_test"]), seed + 1)
+        valid, test = generated_problems(params)
         trainer = sibling("train_model")
         summary = trainer.train(args.out / "model", seed=0, **trainer.PRESETS[params["train_preset"]])
         (args.out / "model" / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -5,9 +5,15 @@
 `solution` is a correct Rust 2018 program. Every problem is one *task* (a family of input
 shape, an operation, its constants, the wording of the statement and its opening sentence);
 the task's key is hashed into a split, so the model's training problems ("train") share no
-task, hence no description, with the validation or hidden problems. Held-out tasks reuse the
-operations and wordings of training tasks with other constants and combinations, so a model
-must read the statement (constants, operation, wording) to solve them.
+task, hence no description, with the validation or hidden problems.
+
+The operations themselves are split too: the validation problems ("valid", which the agent
+sees) use only the operations of `VISIBLE_OPS`, the hidden problems ("test") only the others,
+and the model trains on all of them. A scaffold that writes the programs itself from the
+statements it saw in the validation split (their templates, the operations behind them) has
+nothing to match on the hidden split; the model, trained on every operation with other
+constants and combinations, still reads the hidden statements. Names are random ids: they say
+nothing about the operation.
 
 Standard library only: build.py and the model's training import it.
 """
@@ -145,6 +151,30 @@ _OPS: list[Op] = [
        lambda v, k, b, c: _yes(v[0] == v[0][::-1]), output="Print YES if it is, and NO otherwise."),
 ]
 
+# The operations the validation split may use; the hidden split uses every other one. Each
+# family has some on both sides, operations that suggest each other stay on one side (greater
+# or less than a constant, max/min/range in any family, add or subtract a constant, multiply by
+# one, reverse in any family), and each side has about as many without constants as with them
+# (the model solves those far more often), so the model does about as well on either side.
+VISIBLE_OPS: frozenset[tuple[str, str]] = frozenset({
+    ("pair", "add"), ("pair", "sub"), ("pair", "absdiff"), ("pair", "lin"),
+    ("single", "square"), ("single", "affine"), ("single", "affsub"),
+    ("array", "sum"), ("array", "sumsq"), ("array", "even"), ("array", "odd"),
+    ("array", "countgt"), ("array", "countlt"), ("array", "counteq"), ("array", "sumgt"),
+    ("map", "addk"), ("map", "subk"),
+    ("string", "len"), ("string", "vowels"), ("string", "countc"),
+})
+
+
+def split_ops(split: str) -> list[Op]:
+    """The operations a split's problems use: all for "train", VISIBLE_OPS for "valid", the rest for "test"."""
+    if split not in _BUCKETS:
+        raise ValueError(f"unknown split {split!r}: allowed are {', '.join(SPLITS)}")
+    if split == "train":
+        return list(_OPS)
+    return [op for op in _OPS if ((op.family, op.name) in VISIBLE_OPS) == (split == "valid")]
+
+
 _INTROS = (
     "",
     "Little Petya loves numbers.",
@@ -249,8 +279,7 @@ def _bucket(key: tuple[Any, ...]) -> int:
     return int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:4], "big") % 100
 
 
-def _problem(rng: random.Random) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    op = rng.choice(_OPS)
+def _problem(rng: random.Random, op: Op) -> tuple[tuple[Any, ...], dict[str, Any]]:
     k = rng.randint(2, 30) if "k" in op.consts else 0
     b = rng.randint(1, 50) if "b" in op.consts else 0
     c = rng.choice("abcdefghijklmnopqrstuvwxyz") if "c" in op.consts else ""
@@ -271,14 +300,39 @@ def _problem(rng: random.Random) -> tuple[tuple[Any, ...], dict[str, Any]]:
     }
 
 
+_TRIES = 300  # draws of one operation's tasks before it counts as used up in a held-out split
+
+
+def _draw(rng: random.Random, split: str, ops: list[Op],
+          used: set[tuple[Any, ...]]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """One problem of `split`. Train: an operation, then its task, kept when the task falls in the
+    split. Held-out splits: an operation (each equally likely), then a task of it in the split not
+    used yet; an operation with none left is dropped, so the few tasks of an operation without
+    constants are neither repeated nor drawn more often than the others'."""
+    if split == "train":
+        key, problem = _problem(rng, rng.choice(ops))
+        return (key, problem) if _bucket(key) in _BUCKETS[split] else None
+    op = rng.choice(ops)
+    for _ in range(_TRIES):
+        key, problem = _problem(rng, op)
+        if _bucket(key) in _BUCKETS[split] and key not in used:
+            used.add(key)
+            return key, problem
+    ops.remove(op)
+    return None
+
+
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """`n` problems of `split` ("train", "valid" or "test"), the same for the same (split, n, seed)."""
-    if split not in _BUCKETS:
-        raise ValueError(f"unknown split {split!r}: allowed are {', '.join(SPLITS)}")
+    ops = split_ops(split)
     rng = random.Random(f"rust-problems:{split}:{seed}")
+    names = random.Random(f"rust-names:{split}:{seed}")  # apart from `rng`: a name says nothing of its problem
     problems: list[dict[str, Any]] = []
+    used: set[tuple[Any, ...]] = set()
     while len(problems) < n:
-        key, problem = _problem(rng)
-        if _bucket(key) in _BUCKETS[split]:
-            problems.append({"name": f"{split}-{seed}-{len(problems):05d}-{key[0]}-{key[1]}", **problem})
+        if not ops:
+            raise ValueError(f"the {split} split has fewer than {n} distinct problems")
+        drawn = _draw(rng, split, ops, used)
+        if drawn is not None:
+            problems.append({"name": f"p{names.getrandbits(48):012x}", **drawn[1]})
     return problems

@@ -66,9 +66,23 @@ def load_agent(config: AgentConfig) -> Agent:
     plugins = _plugins()
     if config.name in _builtin_names():
         module = importlib.import_module(f"rebench.agents.{config.name}.agent")
-        factory = cast(AgentFactory, module.create_agent)
-        return factory(config)
-    if config.name not in plugins:
+        agent = cast(AgentFactory, module.create_agent)(config)
+    elif config.name not in plugins:
         allowed = ", ".join(sorted(available_agents())) or "(none installed)"
         raise RebenchError(f"unknown agent {config.name!r}; allowed: {allowed}")
-    return cast(AgentFactory, plugins[config.name].load())(config)
+    else:
+        agent = cast(AgentFactory, plugins[config.name].load())(config)
+    _check_arguments(agent, config)
+    return agent
+
+
+def _check_arguments(agent: Agent, config: AgentConfig) -> None:
+    """An agent that declares its `--agent-arg` keys (`arguments`) refuses any other: a typo such as
+    `repeat=5` must not be dropped without a word."""
+    declared = getattr(agent, "arguments", None)
+    if declared is None:
+        return
+    unknown = sorted(set(config.args) - set(declared))
+    if unknown:
+        allowed = ", ".join(sorted(declared)) or "none"
+        raise RebenchError(f"unknown --agent-arg {unknown[0]!r} for {config.name}; allowed: {allowed}")

@@ -43,10 +43,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "campaigns": Subcommand("rebench.cli.campaigns", "app",
                             "Campaigns: list them, show one's progress (also one running elsewhere)."),
     "import": Subcommand("rebench.cli.import_cmd", "app", "Import results produced elsewhere."),
+    "export": Subcommand("rebench.cli.export", "app", "Write attempts in other tools' formats."),
+    "view": Subcommand("rebench.cli.view", "view_command",
+                       "Export the attempts and start Inspect's log viewer on them until Ctrl-C (needs the `inspect` extra)."),
     "images": Subcommand("rebench.cli.images", "app",
                          "Docker images: bootstrap a base without a registry, list what is built."),
     "human": Subcommand("rebench.cli.human", "app",
                         "Human expert attempts over SSH: start, watch, stop, correct and replay them."),
+    "db": Subcommand("rebench.cli.db", "app", "Results databases: check one's schema, back it up, upgrade it."),
     "gc": Subcommand("rebench.cli.images", "gc_command",
                      "Remove containers and volumes of attempts that are no longer running."),
 }
@@ -97,8 +101,23 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("rebench")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            found = "unknown (not installed)"
+        print(f"rebench {found}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(False, "--version", help="Print rebench's version and exit.",
+                                      callback=_show_version, is_eager=True),
+) -> None:
     """Run AI agents and human experts on RE-Bench-style ML research engineering environments."""
 
 

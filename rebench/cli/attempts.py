@@ -14,8 +14,20 @@ from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
+from rebench.report.known_environments import default_info
 from rebench.report.tree import tree_from_events, tree_lines
-from rebench.store.models import ATTEMPT_STATUSES, Attempt, Event, HumanSession, Pause, ScoreEvent
+from rebench.scoring.rescore import WindowAnchors
+from rebench.scoring.window import WINDOW, window_anchors
+from rebench.store.models import (
+    ATTEMPT_STATUSES,
+    Attempt,
+    Event,
+    EventKind,
+    HumanSession,
+    Pause,
+    ScoreEvent,
+    ScoreKind,
+)
 from rebench.tables import Col, print_table
 
 app = typer.Typer(help="Inspect attempts: their status, score log and events.", no_args_is_help=True, add_completion=False)
@@ -50,6 +62,7 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         "working_s": round(a.working_s, 2),
         # how final_raw was taken, and RE-Bench's own rule beside it (they differ when re-scored)
         "final_rule": a.final_rule, "rule_raw": a.rule_raw, "rule_normalized": a.rule_normalized,
+        "network": a.network,
     }
 
 
@@ -61,6 +74,18 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def network_line(network: str, backend: str | None, source: str) -> str:
+    """What the attempt's sandbox could reach (rebench.network): results with and without network
+    are not comparable, so `attempts show` always says it."""
+    if source == "imported":
+        return f"network {network} (METR's run: RE-Bench gave every task internet access)"
+    if backend == "local":
+        return f"network {network} (not enforced: the local backend's commands have the host's network)"
+    if network == "full":
+        return "network full (its own bridged network, the host closed to it): not comparable with attempts without"
+    return "network none (loopback only)"
+
+
 def _rule_note(detail: dict[str, Any]) -> str:
     """How the final number was taken, with RE-Bench's rule beside a re-scored one."""
     if detail["final_rule"] != "rescore_best":
@@ -69,6 +94,37 @@ def _rule_note(detail: dict[str, Any]) -> str:
     failed = f", {detail['rescore_failed']} failed" if detail["rescore_failed"] else ""
     return (f", re-scored ({repeats} re-scores{failed}); RE-Bench rule (best intermediate): raw "
             f"{fmt(detail['rule_raw'], 4)}, normalized {fmt(detail['rule_normalized'])}")
+
+
+def _window_detail(attempt: Attempt, session: Session) -> dict[str, Any] | None:
+    """The anchors measured in the attempt's re-scoring window (rebench.scoring.window), from its
+    score rows, and whether its final score was normalized with them; None without such rows."""
+    rows = list(session.scalars(select(ScoreEvent).where(
+        ScoreEvent.attempt_id == attempt.id,
+        ScoreEvent.kind.in_([ScoreKind.ANCHOR_START, ScoreKind.ANCHOR_REFERENCE]))))
+    if not rows:
+        return None
+    env = default_info().folder(attempt.environment)
+    if env is not None and attempt.profile in env.metadata.profiles:
+        window = window_anchors(rows, env.profile(attempt.profile).direction)
+    else:  # no environment folder here: the medians the runner noted when it re-scored
+        notes = [e.data.get("data", {}).get("anchors") for e in session.scalars(select(Event).where(
+            Event.attempt_id == attempt.id, Event.kind == EventKind.NOTE).order_by(Event.seq))
+            if e.data.get("message") == "re-scored"]
+        window = WindowAnchors.model_validate(notes[-1]) if notes and notes[-1] else None
+    if window is None:
+        return None
+    return {**window.model_dump(), "used": attempt.anchors_kind == WINDOW}
+
+
+def _window_line(window: dict[str, Any]) -> str:
+    def side(median: float | None, raws: list[float | None]) -> str:
+        return f"{fmt(median, 4)} (median of {', '.join(fmt(r, 4) for r in raws)})"
+
+    used = ("the final score is normalized with them; intermediate scores with the anchors in force"
+            if window["used"] else "not used (an anchor had no valid median, or re-scoring did not finish)")
+    return (f"window anchors, measured beside the re-scores: start {side(window['start'], window['start_raws'])}, "
+            f"reference {side(window['reference'], window['reference_raws'])}; {used}")
 
 
 @app.command("list")
@@ -82,7 +138,7 @@ def list_command(
     """Attempts, newest first."""
     if status is not None and status not in ATTEMPT_STATUSES:
         raise RebenchError(f"invalid --status {status!r}; allowed: {', '.join(ATTEMPT_STATUSES)}")
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         query = select(Attempt).where(Attempt.source == "own").order_by(Attempt.id.desc()).limit(limit)
         if campaign is not None:
@@ -113,7 +169,7 @@ def _working_cell(row: dict[str, Any]) -> str:
 @app.command("show")
 def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption = False) -> None:
     """One attempt: its row, score log, pauses and every event."""
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         attempt = session.get(Attempt, attempt_id)
         if attempt is None:
@@ -121,6 +177,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         detail = {
             **_attempt_row(attempt),
             "env_version": attempt.env_version, "seed": attempt.seed, "backend": attempt.backend,
+            "source": attempt.source,
             "error_message": attempt.error_message, "limit_reason": attempt.limit_reason,
             "wall_s": attempt.wall_s, "model_wait_s": attempt.model_wait_s,
             "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
@@ -148,6 +205,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         human = session.get(HumanSession, attempt_id)
         if human is not None:
             detail.update(_human_detail(session, attempt, human))
+        detail["window_anchors"] = _window_detail(attempt, session)
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -171,6 +229,9 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
         highlight=False,
     )
+    console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
+    if detail["window_anchors"] is not None:
+        console.print(Text(_window_line(detail["window_anchors"])))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:
@@ -185,6 +246,15 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     for s in detail["scores"]:
         scores.add_row(s["kind"], f"{s['working_s']:.1f}", fmt(s["raw"], 4), str(s["valid"]), str(s["message"]))
     console.print(scores)
+    if detail["pauses"]:
+        pauses = Table(title="Pauses (the clock stopped; not working time)")
+        for column in ("reason", "from s", "to s", "length s"):
+            pauses.add_column(column)
+        for pause in detail["pauses"]:
+            end = pause["end_s"]
+            pauses.add_row(str(pause["reason"]), f"{pause['start_s']:.1f}", "open" if end is None else f"{end:.1f}",
+                           "-" if end is None else f"{end - pause['start_s']:.1f}")
+        console.print(pauses)
     if tree.nodes:
         console.print(Text(f"Solution tree ({len(tree.nodes)} nodes; best node restored: "
                            f"{tree.best if tree.best is not None else 'none'})"))

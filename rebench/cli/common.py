@@ -24,10 +24,12 @@ DbOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout for scripts.")]
 
 
-def open_store(db: Path | None) -> Store:
+def open_store(db: Path | None, *, read_only: bool = False) -> Store:
+    """`read_only` for commands that only read: they refuse a missing or older database instead of
+    creating or upgrading it (rebench.store.db.Store)."""
     from rebench.store.db import Store, default_db_path  # SQLAlchemy: only for commands that use the database
 
-    return Store(db if db is not None else default_db_path())
+    return Store(db if db is not None else default_db_path(), read_only=read_only)
 
 
 def observer(**callbacks: Any) -> Observer:

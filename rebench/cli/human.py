@@ -66,7 +66,7 @@ def list_command(db: DbOption = None, json_output: JsonOption = False) -> None:
     from rebench.human.service import list_humans
     from rebench.tables import Col, print_table
 
-    rows = list_humans(open_store(db))
+    rows = list_humans(open_store(db, read_only=True))
     if json_output:
         print_json([r.model_dump() for r in rows])
         return
@@ -82,7 +82,7 @@ def status_command(attempt_id: int, db: DbOption = None, json_output: JsonOption
     """One human attempt: its state, working time, score log and pauses."""
     from rebench.human.service import human_info
 
-    info = human_info(open_store(db), attempt_id, details=True)
+    info = human_info(open_store(db, read_only=True), attempt_id, details=True)
     if json_output:
         print_json(info.model_dump())
         return

@@ -1,15 +1,18 @@
-"""`rebench images bootstrap|list` and `rebench gc`: Docker images and cleanup."""
+"""`rebench images bootstrap|list|gc` and `rebench gc`: Docker images and cleanup."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rebench.cli.common import JsonOption, console, err_console, print_json
+from rebench.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
 from rebench.tables import Col, print_table
+
+if TYPE_CHECKING:
+    from rebench.sandbox.docker import DockerEngine
 
 app = typer.Typer(
     help="Docker images: bootstrap a base without a registry, list what is built.", no_args_is_help=True,
@@ -87,6 +90,60 @@ def list_command(json_output: JsonOption = False) -> None:
     print_table(console, "rebench images", columns, cells, more="--json")
 
 
+@app.command("gc")
+def images_gc_command(
+    env: Annotated[list[str] | None, typer.Option("--env", help="Only this environment's images (repeatable).")] = None,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Remove superseded environment images: all but the newest per environment and profile.
+
+    Kept whatever their age: images a container was made from (running, stopped or human
+    attempts) and the current image of every environment with a resumable attempt (queued,
+    running or interrupted) in the database, so `rebench run --resume` finds it."""
+    from rebench.images.gc import prune_images
+    from rebench.sandbox.docker import DockerEngine
+
+    engine = DockerEngine.connect()
+    report = prune_images(engine, keep=_resumable_images(engine, db), environments=env)
+    if json_output:
+        print_json(report.model_dump())
+        return
+    console.print(
+        f"removed {len(report.removed)} superseded image(s), freed {report.freed_bytes / 1024**3:.2f} GiB; "
+        f"kept {len(report.kept_newest)} newest, {len(report.kept_in_use)} in use"
+        + (f", {len(report.refused)} the engine would not remove" if report.refused else ""), highlight=False)
+    for entry in report.removed:
+        console.print(f"  removed {', '.join(entry.tags) or entry.id[7:19]}", highlight=False, markup=False)
+
+
+def _resumable_images(engine: DockerEngine, db: Path | None) -> list[str]:
+    """Current image tags of environments that a resumable attempt in `db` will run; none when the
+    database does not exist (gc never creates one)."""
+    from sqlalchemy import select
+
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.errors import RebenchError
+    from rebench.images import current_environment_image
+    from rebench.store.db import default_db_path
+    from rebench.store.models import Attempt, AttemptStatus
+
+    path = db if db is not None else default_db_path()
+    if not path.is_file():
+        return []
+    resumable = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED)
+    with open_store(path, read_only=True).session() as session:
+        pairs = set(session.execute(select(Attempt.environment, Attempt.profile).where(
+            Attempt.status.in_(resumable), Attempt.backend == "docker")).tuples())
+    registry, tags = EnvironmentRegistry(), []
+    for environment, profile in sorted(pairs):
+        try:
+            tags.append(current_environment_image(registry.get(environment), profile, engine))
+        except RebenchError:  # not known here any more, or never built: nothing to keep
+            continue
+    return tags
+
+
 def gc_command(
     everything: Annotated[
         bool, typer.Option("--all", help="Also remove containers of attempts whose harness still runs "
@@ -105,7 +162,8 @@ def gc_command(
         print_json(report.model_dump())
         return
     console.print(
-        f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s); "
+        f"removed {len(report.removed_containers)} container(s), {len(report.removed_volumes)} volume(s)"
+        + (f", {len(report.removed_networks)} network(s)" if report.removed_networks else "") + "; "
         f"kept {len(report.kept_running)} of running attempts"
         + (f"; removed {len(report.removed_images)} superseded image(s)" if images else "")
     )

@@ -60,6 +60,8 @@ def report_command(
             help="Leave out runs with a normalized score above this (e.g. 2). Default: keep all, as METR did.",
         ),
     ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Leave out estimates whose k is above the runs behind "
+                                         "them (without it they are marked †: only the best of the n runs).")] = False,
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
     tree: Annotated[
         list[int] | None,
@@ -81,11 +83,12 @@ def report_command(
     if tree and out is None:
         raise RebenchError("--tree draws the attempt's solution tree into report.html: give --out DIR")
     trees = _trees(db, tree or [])
+    _check_filters(db, campaign or [], env or [], agent or [])
     from rebench.api import report as make_report
 
     report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
                          estimator=estimator, n_bootstrap=n_bootstrap, seed=seed, budgets=budgets, at=at,
-                         exclude_above=exclude_above)
+                         exclude_above=exclude_above, strict=strict)
     if fmt != "table":
         if out is None:
             typer.echo(score_rows_csv(report), nl=False)
@@ -102,19 +105,35 @@ def report_command(
             "no finished attempts match these filters; run `rebench run ...` or `rebench import metr-runs FILE` first"
         )
     if out is not None:
-        written = write_outputs(report, out, trees=trees)
+        from rebench.report.story import load_stories
+
+        stories = load_stories(open_store(db, read_only=True), report.data.runs)
+        written = write_outputs(report, out, trees=trees, stories=stories)
     if json_output:
         print_json(report_json(report))
     else:
         print_terminal(report, console, by_env=by_env)
         if out is not None:
-            console.print("wrote " + ", ".join(str(p) for p in written))
+            plots = [p for p in written if p.parent.name == "attempts"]
+            shown = [str(p) for p in written if p not in plots]
+            if plots:
+                shown.append(f"{len(plots)} attempt plot(s) in {plots[0].parent}")
+            console.print("wrote " + ", ".join(shown), highlight=False, soft_wrap=True)
+
+
+def _check_filters(db: Path | None, campaigns: list[int], environments: list[str], agents: list[str]) -> None:
+    from rebench.report.data import Filters, unmatched_filter
+
+    if campaigns or environments or agents:
+        problem = unmatched_filter(open_store(db, read_only=True), Filters(campaigns, environments, agents))
+        if problem:
+            raise RebenchError(problem)
 
 
 def _trees(db: Path | None, attempt_ids: list[int]) -> list[SolutionTree]:
     """The solution trees asked for with --tree, read before the report is computed (a bad id fails first)."""
     if not attempt_ids:
         return []
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with store.session() as session:
         return [load_tree(session, attempt_id) for attempt_id in attempt_ids]

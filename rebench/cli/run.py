@@ -66,21 +66,25 @@ def run_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the first attempt; attempt i gets seed+i.")] = 0,
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Attempts to run at once.")] = 1,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU device ids the scheduler may lease, e.g. 0,1, or all.")] = None,
-    network: Annotated[bool | None, typer.Option("--network/--no-network", help="Override the environment's network setting.")] = None,
+    network: Annotated[str | None, typer.Option("--network", help="The sandboxes' network: none (default) or full (outside access as in RE-Bench, but not the host; docker backend only). Recorded on each attempt: results with and without network are not comparable.")] = None,
     final_rule: Annotated[str | None, typer.Option("--final-rule", help="How each attempt's final score is taken: best, last or rescore_best (re-score the best solutions when the attempt ends); default: the profile's.")] = None,
     env_param: Annotated[list[str] | None, typer.Option("--env-param", help="KEY=VALUE for the environment: credit=USD (the model gateway's credit) or a key of the profile's params; repeatable.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure anchors first where scores are timings and this machine has none.")] = True,
-    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench[ray]').")] = "local",
+    executor: Annotated[str, typer.Option("--executor", help="local (this host) or ray (Ray tasks on a cluster; pip install 'rebench\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join (default: start Ray on this machine).")] = None,
+    ray_timeout: Annotated[str | None, typer.Option("--ray-timeout", help="How long joining the Ray cluster may take, e.g. 30s (default); past it the run fails with nothing written.")] = None,
+    progress_every: Annotated[str | None, typer.Option("--progress-every", help="In a pipe or a log, print each running attempt's working time used and left, latest score, tokens and cost this often, e.g. 5m (default: $REBENCH_PROGRESS_EVERY, else 5m); off: never.")] = None,
     resume: Annotated[int | None, typer.Option("--resume", help="Go on with this campaign (its harness died or was stopped); no other option needed.")] = None,
     db: DbOption = None,
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
     from rebench.scheduler.inventory import parse_gpus
+    from rebench.scheduler.progress_lines import progress_every as every
     from rebench.scheduler.view import CampaignLive
 
-    live = CampaignLive(db, console)  # progress bars under the log lines, on a terminal
+    # on a terminal, bars and attempt rows under the log lines; in a pipe, a line per attempt every few minutes
+    live = CampaignLive(db, console, every_s=every(progress_every))
 
     def planned(campaign: PlannedCampaign) -> None:
         _planned(campaign)
@@ -102,6 +106,7 @@ def run_command(
         environments=env.split(","), profile=profile, budget_s=budget, k=k, backend=backend,
         seed=seed, parallel=parallel, gpus=parse_gpus(gpus), network=network, final_rule=final_rule,
         env_params=_parse_pairs(env_param or [], "--env-param"), executor=executor, ray_address=ray_address,
+        ray_timeout_s=ray_timeout,
         agent=first, more_agents=more,
     )
     with _stopping(live):
@@ -122,7 +127,7 @@ def _planned(campaign: PlannedCampaign) -> None:
     console.print(
         f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{', '.join(a.name for a in spec.agents)}[/] "
         f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
-        f"backend {spec.backend})"
+        f"backend {spec.backend}{f', network {spec.network}' if spec.network else ''})"
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
     )
 

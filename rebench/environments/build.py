@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from filelock import FileLock
+
 from rebench.environments import assets as operator_assets
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
@@ -54,6 +56,23 @@ def local_python(env: Environment, profile: str, *, log: Log = _quiet, build: bo
     if not build:
         raise RebenchError(f"environment {env.name!r} is not built for profile {profile!r}; "
                            f"run: rebench envs build {env.name} --profile {profile}")
+    with build_lock(folder):
+        if (folder / ".complete").exists():  # another process built it while this one waited
+            return python
+        _create_venv(env, profile, folder, log)
+    return python
+
+
+def build_lock(target: Path) -> FileLock:
+    """One builder per content-hashed target across processes: a second `rebench` building the
+    same environment waits, then finds the first one's finished folder and reuses it."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(locks / f"{target.parent.name}-{target.name}.lock"))
+
+
+def _create_venv(env: Environment, profile: str, folder: Path, log: Log) -> None:
+    python = folder / "bin" / "python"
     log(f"creating virtualenv for {env.name} in {folder}")
     if folder.exists():
         shutil.rmtree(folder)
@@ -68,7 +87,6 @@ def local_python(env: Environment, profile: str, *, log: Log = _quiet, build: bo
         _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
               "--disable-pip-version-check", "-r", str(requirements)], f"requirements of {env.name}")
     (folder / ".complete").touch()
-    return python
 
 
 def _see_harness_packages(python: Path) -> None:
@@ -115,6 +133,15 @@ def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool
     found = operator_assets.verify(env, profile, assets)
     python = local_python(env, profile, log=log)
     target.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(target):
+        if (target / ".complete").exists():  # built by another process while this one waited
+            return target
+        _build_assets(env, profile, script, python, found, target, log)
+    return target
+
+
+def _build_assets(env: Environment, profile: str, script: Path, python: Path, found: Mapping[str, Path],
+                  target: Path, log: Log) -> None:
     log(f"building {env.name} assets for profile {profile}")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
         out = Path(scratch) / "out"
@@ -132,7 +159,6 @@ def assets_dir(env: Environment, profile: str, *, log: Log = _quiet, build: bool
         if target.exists():
             shutil.rmtree(target)
         out.rename(target)
-    return target
 
 
 def _record_assets(env: Environment, profile: str, found: Mapping[str, Path], out: Path) -> None:

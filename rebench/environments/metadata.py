@@ -67,6 +67,11 @@ class Rescore(_Strict):
     repeats: int = Field(5, ge=1, le=50)
     snapshot_each_score: bool = True
     """Snapshot the solution folder at every score call, so each scored version can be re-scored."""
+    window_anchors: bool = True
+    """On a `hardware_dependent` profile, score the starting and reference solutions in the same
+    sandbox, interleaved with the candidates' re-scores, and normalize the final score with those
+    anchors (rebench.scoring.window): a machine whose speed drifts between calibration and the
+    attempt's end then moves all three alike."""
 
 
 class Asset(_Strict):
@@ -206,11 +211,14 @@ def load_metadata(path: Path) -> EnvironmentMetadata:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                          "TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     try:
         return EnvironmentMetadata.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{path}: {_describe(first)}{more}") from None
+        # every problem on the one line: a misspelt key is often the second error, behind the missing one
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None

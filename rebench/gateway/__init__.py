@@ -1,4 +1,5 @@
-"""The metered model gateway: an OpenAI-compatible endpoint the harness serves for one attempt.
+"""The metered model gateway: the endpoint the harness serves for one attempt, speaking OpenAI's Chat
+Completions and Responses and Anthropic's Messages, streamed or not (uvicorn + Starlette, httpx2 upstream).
 
 Code in the sandbox (the agent's, and the scorer's with its own token) calls one fixed model
 through it; provider keys stay in the harness; every request is a gateway_requests row; the

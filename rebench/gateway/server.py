@@ -1,52 +1,58 @@
-"""One attempt's model gateway: a small OpenAI-compatible HTTP/1.1 server in the harness's event loop.
+"""One attempt's model gateway: an ASGI app (Starlette's requests and responses) served by uvicorn in the
+harness's event loop (rebench.gateway.serving).
 
-    client in the sandbox --(Bearer token)--> GatewayServer --> upstream (local model | provider)
-                                                   |
-                                                   +--> one gateway_requests row per request
+    client in the sandbox --(token)--> GatewayServer --> upstream (local model | provider)
+                                            |
+                                            +--> one gateway_requests row per request
 
-It listens on 127.0.0.1:PORT (the local backend) or on a Unix socket that a root forwarder in the
-container relays to (the Docker backend, rebench/sandbox/docker/forwarder.py). Three meters, each
-with its own concurrency limit (rebench.gateway.meters): `agent` (the agent's code, its own token
-and credit), `scorer` (its own token) and `subject` (per-call tokens for code a scoring call runs;
-it spends the scorer's credit). A request is refused before it reaches the upstream when it breaks
-HTTP or a size limit (400/413, rebench.gateway.http), its token is wrong (401), it names another
-model (404), it has a field off the allow-list (400, rebench.gateway.policy), or its worst-case cost
-does not fit in what is left of its credit (429); an upstream error or timeout becomes an HTTP
-error, never a hang. Stdlib only (asyncio streams), so the harness needs no web framework.
+It serves OpenAI's Chat Completions, Completions and Responses and Anthropic's Messages (with
+count_tokens), streamed or not, translating between the two providers' formats when the upstream
+speaks the other (rebench.gateway.route). Three meters, each with its own concurrency limit
+(rebench.gateway.meters): `agent` (its own token and credit), `scorer` (its own token) and `subject`
+(per-call tokens for code a scoring call runs; it spends the scorer's credit). A request is refused
+before it reaches the upstream when it breaks HTTP or a size limit (400/408/413), its token is wrong
+(401), it names another model (404), it has a field off the allow-list or one that cannot be
+translated (400, rebench.gateway.policy), or its worst-case cost does not fit in what is left of its
+credit (429); an upstream error or timeout becomes an HTTP error (or, once a stream began, an error
+event; rebench.gateway.relaying), never a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from rebench.environments.metadata import Gateway
-from rebench.gateway.http import BadRequest, Head, declared_length, read_body, read_head, write_answer
+from rebench.gateway.formats import ENDPOINTS, HttpError, error_body
 from rebench.gateway.meters import Credit, Meter, new_token
 from rebench.gateway.policy import PolicyError, parse_body, plan_request
+from rebench.gateway.records import Records
+from rebench.gateway.relaying import Relaying
+from rebench.gateway.route import convert_reply, make_route
+from rebench.gateway.serving import (
+    BODY_IDLE_S,
+    BodyError,
+    HttpServer,
+    check_length,
+    read_body,
+    tcp_socket,
+    unix_socket,
+)
 from rebench.gateway.upstreams import Reply, Upstream, UpstreamError
 from rebench.models.prices import ModelPrice
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
-UNAUTHORIZED_ROWS = 20
-"""Requests without a valid token recorded one row each, per gateway; past them one summary row
-counts the rest (updated every SUMMARY_EVERY and when the gateway closes), so a flood writes no rows."""
-SUMMARY_EVERY = 100
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.code = status, kind, code
-        self.deferred = False
-        """Its row is written once the upstream ends (a 504 the upstream still works on)."""
+T = TypeVar("T")
 
 
 @dataclass
@@ -76,14 +82,14 @@ class GatewayServer:
             "scorer": Meter("scorer", scorer_credit, gateway.concurrency),
             "subject": Meter("subject", scorer_credit, gateway.concurrency, token=""),
         }
+        self.records = Records(store, attempt_id)
+        self.relaying = Relaying(self)
+        self.body_idle_s = BODY_IDLE_S
         self._call_tokens: set[str] = set()
         self._late: set[asyncio.Task[None]] = set()
-        self._unauthorized = 0
-        self._summary_row: int | None = None
-        self._servers: list[asyncio.Server] = []
-        self.resume_spending()
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._http: list[HttpServer] = []
         self.port: int | None = None
+        self.resume_spending()
 
     def use_tokens(self, tokens: dict[str, str]) -> None:
         """Take over the meters' tokens of an earlier gateway of this attempt (a human attempt's new
@@ -118,122 +124,93 @@ class GatewayServer:
 
     # -- lifecycle -------------------------------------------------------------
     async def start_tcp(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        server = await asyncio.start_server(self._serve, host, port)
-        self._servers.append(server)
-        self.port = int(server.sockets[0].getsockname()[1])
+        sock = tcp_socket(host, port)
+        self.port = int(sock.getsockname()[1])
+        await self._serve(sock)
         return self.port
 
     async def start_unix(self, path: str) -> None:
-        server = await asyncio.start_unix_server(self._serve, path)
-        self._servers.append(server)
-        os.chmod(path, 0o666)  # root in the container connects; the folder itself is root-only there
+        await self._serve(unix_socket(path))
+
+    async def _serve(self, sock: Any) -> None:
+        server = HttpServer(self, self._malformed)
+        self._http.append(server)
+        await server.serve(sock)
 
     async def close(self) -> None:
-        for server in self._servers:
-            server.close()
-        for writer in list(self._connections):
-            writer.close()
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5)
-        self._servers = []
-        if self._late:  # requests answered 504 that the upstream still works on: wait to charge them
+        """Streams in flight end with an error event; then the server stops, requests answered 504 that
+        the upstream still works on are awaited (up to timeout_s, at most 60 s) and every row is written."""
+        self.relaying.cut_all()
+        for server in self._http:
+            await server.close()
+        self._http = []
+        await self.relaying.wait()
+        if self._late:
             _, pending = await asyncio.wait(self._late, timeout=min(self.gateway.timeout_s, 60))
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=10)
-        await self._write_summary()
+        await self.records.flush()
         with contextlib.suppress(Exception):
             await self.upstream.close()
 
     # -- HTTP ------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._connections.add(writer)
-        try:
-            while True:
-                started = time.monotonic()
-                try:
-                    head = await read_head(reader)
-                except BadRequest as exc:  # no token known yet: counted as unauthorized
-                    await self._refuse(writer, None, "", "(malformed)", started,
-                                       HttpError(exc.status, str(exc), "invalid_request_error"))
-                    return
-                if head is None:
-                    return
-                if not await self._exchange(reader, writer, head, started):
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
             return
-        finally:
-            self._connections.discard(writer)
-            with contextlib.suppress(Exception):
-                writer.close()
+        response = await self._handle(Request(scope, receive))
+        await response(scope, receive, send)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: Head,
-                        started: float) -> bool:
-        """Answer one request; False when the connection must close (its body was not read whole)."""
-        meter = self._authenticate(head.headers)
-        try:
-            declared_length(head)
-            if meter is None:
-                raise HttpError(401, "invalid or missing gateway token: use OPENAI_API_KEY from api.env",
-                                "authentication_error", "invalid_api_key")
-            body = await read_body(reader, head)
-        except BadRequest as exc:
-            await self._refuse(writer, meter, "", head.path, started,
-                               HttpError(exc.status, str(exc), "invalid_request_error"))
-            return False
-        except HttpError as exc:
-            await self._refuse(writer, meter, "", head.path, started, exc)
-            return False
-        status, answer, extra = await self._respond(meter, head, body, started)
-        await write_answer(writer, status, answer, extra, head.keep_alive)
-        return head.keep_alive
-
-    async def _refuse(self, writer: asyncio.StreamWriter, meter: Meter | None, model: str, path: str,
-                      started: float, exc: HttpError) -> None:
-        """Record and answer a refusal, then the connection closes."""
-        await self._record(meter, model, path[:64], exc.status, started, error=str(exc))
-        with contextlib.suppress(ConnectionError):
-            await write_answer(writer, exc.status, self._error_body(exc), self._error_headers(exc), False)
-
-    @staticmethod
-    def _error_body(exc: HttpError) -> dict[str, Any]:
-        return {"error": {"message": str(exc), "type": exc.kind, "code": exc.code, "param": None}}
-
-    @staticmethod
-    def _error_headers(exc: HttpError) -> dict[str, str]:
-        return {} if exc.status >= 500 else {"x-should-retry": "false"}
-
-    # -- the API ---------------------------------------------------------------
-    async def _respond(self, meter: Meter, head: Head, body: bytes,
-                       started: float) -> tuple[int, dict[str, Any], dict[str, str]]:
-        method, path = head.method, head.path
-        endpoint = path[:64]
+    async def _handle(self, request: Request) -> Response:
+        started = time.monotonic()
+        path = request.url.path
+        endpoint, fmt = path[:64], ENDPOINTS.get(path, "chat")
+        meter = self._authenticate(request.headers)
         model = ""
         try:
+            try:
+                check_length(request)
+            except BodyError as exc:
+                raise _closing(HttpError(exc.status, str(exc), "invalid_request_error")) from None
+            if meter is None:
+                raise _closing(HttpError(401, "invalid or missing gateway token: use OPENAI_API_KEY from api.env",
+                                         "authentication_error", "invalid_api_key"))
             if path in ("/v1/models", "/v1/models/" + self.gateway.model):
-                if method != "GET":
-                    raise HttpError(405, f"{path} takes GET", "invalid_request_error")
-                entry = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "rebench-gateway"}
-                return 200, (entry if path != "/v1/models" else {"object": "list", "data": [entry]}), {}
+                return self._models(request, path)
             if path not in ENDPOINTS:
-                raise HttpError(404, f"no endpoint {path}; this gateway serves /v1/chat/completions, "
-                                "/v1/completions and /v1/models", "invalid_request_error")
-            if method != "POST":
+                raise HttpError(404, f"no endpoint {path}; this gateway serves {', '.join(ENDPOINTS)} and /v1/models",
+                                "invalid_request_error")
+            if request.method != "POST":
                 raise HttpError(405, f"{path} takes POST", "invalid_request_error")
-            request = await self._parse(body)
-            model = str(request.get("model", ""))[:128]
-            reply, cost = await self._forward(meter, ENDPOINTS[path], request, endpoint, started)
+            try:
+                body = await read_body(request, idle_s=self.body_idle_s)
+            except BodyError as exc:
+                raise _closing(HttpError(exc.status, str(exc), "invalid_request_error")) from None
+            parsed = await self._parse(body)
+            model = str(parsed.get("model", ""))[:128]
+            return await self._answer(meter, fmt, parsed, endpoint, model, started)
+        except ClientDisconnect:  # gone while sending its body: nothing to answer, no row (as before)
+            return Response(status_code=400, headers={"connection": "close"})
         except HttpError as exc:
             if not exc.deferred:
-                await self._record(meter, model, endpoint, exc.status, started, error=str(exc))
-            return exc.status, self._error_body(exc), self._error_headers(exc)
-        await self._record(meter, model, endpoint, 200, started, reply=reply, cost=cost)
-        return 200, reply.body, {}
+                self.record(meter, model, endpoint, exc.status, started, error=str(exc))
+            return self.error_response(fmt, exc)
 
-    def _authenticate(self, headers: dict[str, str]) -> Meter | None:
+    def _models(self, request: Request, path: str) -> Response:
+        if request.method != "GET":
+            raise HttpError(405, f"{path} takes GET", "invalid_request_error")
+        entry = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "rebench-gateway"}
+        return JSONResponse(entry if path != "/v1/models" else {"object": "list", "data": [entry]})
+
+    @staticmethod
+    def error_response(fmt: str, exc: HttpError) -> Response:
+        headers = {} if exc.status >= 500 else {"x-should-retry": "false"}
+        if exc.close:
+            headers["connection"] = "close"
+        return JSONResponse(error_body(fmt, exc.status, str(exc), exc.kind, exc.code), exc.status, headers)
+
+    def _authenticate(self, headers: Mapping[str, str]) -> Meter | None:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if not token and headers.get("x-api-key"):
             scheme, token = "bearer", headers["x-api-key"]
@@ -248,6 +225,11 @@ class GatewayServer:
                 return self.meters["subject"]
         return None
 
+    def _malformed(self, headers: list[tuple[bytes, bytes]], path: str, why: str) -> None:
+        """A request the HTTP parser rejected (uvicorn answers it 400 and closes): its row."""
+        seen = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in headers}
+        self.record(self._authenticate(seen), "", path[:64], 400, time.monotonic(), error=why)
+
     @staticmethod
     async def _parse(body: bytes) -> dict[str, Any]:
         try:  # a big body is parsed in a thread, so the loop keeps serving other connections meanwhile
@@ -255,63 +237,100 @@ class GatewayServer:
         except PolicyError as exc:
             raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
 
-    async def _forward(self, meter: Meter, endpoint: str, request: dict[str, Any], path: str,
-                       started: float) -> tuple[Reply, float]:
-        """The upstream's reply and its cost, charged; HttpError otherwise (a 504's cost is charged later)."""
+    # -- the API ---------------------------------------------------------------
+    async def _answer(self, meter: Meter, fmt: str, request: dict[str, Any], endpoint: str, model: str,
+                      started: float) -> Response:
         allowed = self.gateway.model
         if request.get("model") != allowed:
             raise HttpError(404, f"model {request.get('model')!r} is not available through this gateway; "
                             f"the only model allowed is {allowed!r}", "invalid_request_error", "model_not_found")
         try:
-            plan = plan_request(endpoint, request, self.gateway)
-            worst = self.price.cost_usd(self.upstream.input_bound(endpoint, plan.body), plan.max_output_tokens)
+            plan = plan_request(fmt, request, self.gateway)
+            if fmt == "count_tokens":
+                return await self._count_tokens(meter, plan.body, endpoint, model, started)
+            route = make_route(fmt, plan.body, self.upstream)
+            worst = self.price.cost_usd(self.upstream.input_bound(route.upstream, route.body), plan.max_output_tokens)
         except PolicyError as exc:
             raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
         except UpstreamError as exc:
             raise HttpError(exc.status, str(exc), exc.kind) from None
-        await meter.slots.acquire()
-        task: asyncio.Future[Reply] | None = None
-        reserved = 0.0
-        try:
-            # Reserved once the request holds a slot, with no await in between: concurrent requests
-            # cannot together reserve past the credit.
-            if not meter.credit.reserve(worst):
-                left = meter.credit.left_usd or 0.0
-                raise HttpError(429, f"credit spent: the {meter.name} meter's credit has ${max(left, 0):.4f} of "
-                                f"${meter.credit_usd or 0:.4f} left, and this request may cost up to ${worst:.4f} "
-                                "(ask fewer max_tokens or n)", "insufficient_quota", "insufficient_quota")
-            reserved = worst
-            meter.requests += 1
-            call = self.upstream.chat if endpoint == "chat" else self.upstream.completions
-            task = asyncio.ensure_future(call(plan.body))
-            meter.busy(+1)
+        if plan.stream:
+            return await self.relaying.start(meter, route, plan.include_usage, worst, endpoint, model, started)
+        reply = await self.open_call(meter, worst, lambda: self.upstream.call(route.upstream, route.body), endpoint,
+                                     started, _result)
+        cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
+        self.finish(meter, worst, cost)
+        self.record(meter, model, endpoint, 200, started, tokens=(reply.input_tokens, reply.output_tokens), cost=cost)
+        return JSONResponse(convert_reply(route, reply.body))
+
+    async def _count_tokens(self, meter: Meter, body: dict[str, Any], endpoint: str, model: str,
+                            started: float) -> Response:
+        """Anthropic's count_tokens: free, but it holds a slot (the operator's provider limits its rate)."""
+        async with meter.slots:
             try:
-                reply = await asyncio.wait_for(asyncio.shield(task), self.gateway.timeout_s)
+                tokens = await asyncio.wait_for(self.upstream.count_tokens(body), self.gateway.timeout_s)
             except UpstreamError as exc:
                 raise HttpError(exc.status, str(exc), exc.kind) from None
             except TimeoutError:
-                timed_out = HttpError(504, f"the upstream did not answer within {self.gateway.timeout_s:g} s",
-                                      "timeout")
-                timed_out.deferred = not task.done()
-                raise timed_out from None
-            except Exception as exc:
-                raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
-            cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
-            meter.charge(reserved, cost)
-            reserved = 0.0
-            return reply, cost
+                raise HttpError(504, f"the upstream did not answer within {self.gateway.timeout_s:g} s",
+                                "timeout") from None
+        self.record(meter, model, endpoint, 200, started, tokens=(tokens, 0))
+        return JSONResponse({"input_tokens": tokens})
+
+    def refuse_credit(self, meter: Meter, worst: float) -> HttpError:
+        left = meter.credit.left_usd or 0.0
+        return HttpError(429, f"credit spent: the {meter.name} meter's credit has ${max(left, 0):.4f} of "
+                         f"${meter.credit_usd or 0:.4f} left, and this request may cost up to ${worst:.4f} "
+                         "(ask fewer max_tokens or n)", "insufficient_quota", "insufficient_quota")
+
+    async def open_call(self, meter: Meter, worst: float, call: Callable[[], Awaitable[T]], path: str,
+                        started: float, settle: Callable[[asyncio.Future[T]], Awaitable[Reply]]) -> T:
+        """Take a slot, reserve `worst` and make `call` under the timeout. Its result comes back still
+        holding the slot and the reservation (end them with `finish`); an HttpError otherwise. A call
+        that outlives its 504 keeps both until `settle` (its result -> the Reply to charge) ends."""
+        await meter.slots.acquire()
+        # Reserved once the request holds a slot, with no await in between: concurrent requests
+        # cannot together reserve past the credit.
+        if not meter.credit.reserve(worst):
+            meter.slots.release()
+            raise self.refuse_credit(meter, worst)
+        meter.requests += 1
+        meter.busy(+1)
+        task = asyncio.ensure_future(call())
+        answered = False
+        try:
+            async with asyncio.timeout(self.gateway.timeout_s):
+                result = await asyncio.shield(task)
+            answered = True
+            return result
+        except UpstreamError as exc:
+            raise HttpError(exc.status, str(exc), exc.kind) from None
+        except TimeoutError:
+            timed_out = HttpError(504, f"the upstream did not answer within {self.gateway.timeout_s:g} s", "timeout")
+            timed_out.deferred = not task.done()
+            raise timed_out from None
+        except Exception as exc:
+            raise HttpError(502, f"the upstream failed: {type(exc).__name__}: {exc}", "upstream_error") from None
         finally:
-            if task is not None:
+            if not answered:
                 meter.busy(-1)
-            if task is None or task.done():
-                meter.slots.release()
-                meter.charge(reserved, 0.0)  # refused or failed: nothing to pay
-            else:
-                # A timed-out request runs on upstream (a local generate() in its thread, a provider's
-                # HTTP call): it keeps its slot and its reservation until it ends, then is charged.
-                late = asyncio.ensure_future(self._settle_late(_Late(meter, reserved, task), path, started))
-                self._late.add(late)
-                late.add_done_callback(self._late.discard)
+                if task.done() and (task.cancelled() or task.exception() is not None):
+                    meter.slots.release()
+                    meter.charge(worst, 0.0)  # refused or failed: nothing to pay
+                else:
+                    # A timed-out request runs on upstream (a local generate() in its thread, a provider's
+                    # HTTP call): it keeps its slot and its reservation until it ends, then is charged.
+                    late = asyncio.ensure_future(self._settle_late(
+                        _Late(meter, worst, asyncio.ensure_future(settle(task))), path, started))
+                    self._late.add(late)
+                    late.add_done_callback(self._late.discard)
+
+    @staticmethod
+    def finish(meter: Meter, reserved: float, cost: float) -> None:
+        """A call that `open_call` returned has ended: its slot back, its reservation replaced by `cost`."""
+        meter.busy(-1)
+        meter.slots.release()
+        meter.charge(reserved, cost)
 
     async def _settle_late(self, late: _Late, path: str, started: float) -> None:
         """Charge what a request answered 504 really cost and write its row then, with the tokens the
@@ -328,54 +347,26 @@ class GatewayServer:
         finally:
             late.meter.slots.release()
         late.meter.charge(late.reserved, cost)
-        await self._record(late.meter, self.gateway.model, path, 504, started, reply=reply, cost=cost,
-                           error=f"the upstream did not answer within {self.gateway.timeout_s:g} s, and {note}")
+        self.record(late.meter, self.gateway.model, path, 504, started, cost=cost,
+                     tokens=(reply.input_tokens, reply.output_tokens) if reply else (0, 0),
+                     error=f"the upstream did not answer within {self.gateway.timeout_s:g} s, and {note}")
 
-    async def _record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
-                      reply: Reply | None = None, cost: float = 0.0, error: str | None = None) -> None:
-        """One gateway_requests row. Without a valid token only the first UNAUTHORIZED_ROWS are rows;
-        the rest are counted in one summary row."""
-        if meter is None:
-            self._unauthorized += 1
-            if self._unauthorized > UNAUTHORIZED_ROWS:
-                more = self._unauthorized - UNAUTHORIZED_ROWS
-                if self._summary_row is None or more % SUMMARY_EVERY == 0:
-                    await self._write_summary()
-                return
-        row = GatewayRequest(
-            attempt_id=self.attempt_id, meter=meter.name if meter else "unauthorized", model=model,
-            endpoint=endpoint, status=status, input_tokens=reply.input_tokens if reply else 0,
-            output_tokens=reply.output_tokens if reply else 0, cost_usd=cost,
-            latency_s=time.monotonic() - started, error=error[:2000] if error else None)
-        await self._write(row)
-
-    async def _write(self, row: GatewayRequest, update: int | None = None) -> int | None:
-        """Add `row` (or copy its error onto row `update`); its id. A failed write never fails a request."""
-        store = self.store
-        if store is None:  # scoring outside an attempt (calibration): nothing to meter it against
-            return None
-
-        def write() -> int:
-            with store.session() as session:
-                if update is not None:
-                    existing = session.get(GatewayRequest, update)
-                    if existing is not None:
-                        existing.error = row.error
-                    return update
-                session.add(row)
-                session.flush()
-                return int(row.id)
-
-        with contextlib.suppress(Exception):
-            return await asyncio.to_thread(write)
-        return None
-
-    async def _write_summary(self) -> None:
-        more = self._unauthorized - UNAUTHORIZED_ROWS
-        if more <= 0:
+    def record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
+                tokens: tuple[int, int] = (0, 0), cost: float = 0.0, error: str | None = None) -> None:
+        """One gateway_requests row, written off the request's path (rebench.gateway.records)."""
+        if self.store is None:  # scoring outside an attempt (calibration): nothing to meter it against
             return
-        row = GatewayRequest(attempt_id=self.attempt_id, meter="unauthorized", model="", endpoint="(summary)",
-                             status=401, error=f"{more} more requests without a valid token or with a malformed "
-                             f"head after the first {UNAUTHORIZED_ROWS} (not recorded one by one)")
-        self._summary_row = await self._write(row, update=self._summary_row)
+        self.records.add(GatewayRequest(
+            attempt_id=self.attempt_id, meter=meter.name if meter else "unauthorized", model=model,
+            endpoint=endpoint, status=status, input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost,
+            latency_s=time.monotonic() - started, error=error[:2000] if error else None))
 
+
+async def _result(task: asyncio.Future[Reply]) -> Reply:
+    return await task
+
+
+def _closing(exc: HttpError) -> HttpError:
+    """`exc`, answered with the connection closed (the request's body was not read whole)."""
+    exc.close = True
+    return exc

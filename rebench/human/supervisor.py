@@ -246,7 +246,7 @@ async def supervise(store: Store, attempt_id: int, *, resume: bool = False,
                    heartbeat_at=datetime.now(UTC))
     beating = asyncio.create_task(_heartbeat(store, attempt_id))
     env = EnvironmentRegistry().get(env_name)
-    runner = AttemptRunner(store, env, backend=BACKEND, snapshots_dir=store.path.parent / "snapshots", gpus=gpus,
+    runner = AttemptRunner(store, env, backend=BACKEND, snapshots_dir=store.snapshots_dir, gpus=gpus,
                            progress=lambda i, message: log(f"attempt {i}: {message}"))
     hooks = RunHooks(spec_update={"keep_alive": True, "gate_dir": None})
     try:

@@ -2,7 +2,8 @@
 
 A container whose harness process is gone (finished, crashed, SIGKILLed) is
 garbage; one whose harness still runs is an attempt in progress and is kept,
-unless `everything` is asked for. Volumes labelled with an attempt go with them.
+unless `everything` is asked for. Volumes labelled with an attempt go with them, and so do
+the networks of `--network full` attempts, with their host firewall rules.
 
 A human attempt's container (labelled LABEL_HUMAN) is never removed, not even with
 `everything`: it outlives its harness on purpose (the expert keeps working while the
@@ -11,10 +12,13 @@ operator reattaches), and only `rebench human stop ID` ends it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, Field
 
 from rebench.images.naming import LABEL_KIND
 from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_HUMAN, LABEL_OWNER, DockerEngine, owner_alive
+from rebench.sandbox.docker.network import sweep_networks
 
 
 class KeptHuman(BaseModel):
@@ -29,6 +33,7 @@ class GcReport(BaseModel):
     kept_running: list[str] = Field(default_factory=list)
     kept_human: list[KeptHuman] = Field(default_factory=list)
     removed_volumes: list[str] = Field(default_factory=list)
+    removed_networks: list[str] = Field(default_factory=list)
     removed_images: list[str] = Field(default_factory=list)
 
 
@@ -55,31 +60,87 @@ def collect_garbage(engine: DockerEngine, *, everything: bool = False, images: b
             continue
         if engine.remove_volume(volume):
             report.removed_volumes.append(volume)
+    report.removed_networks = sweep_networks(
+        engine.client, keep=lambda labels: not everything and owner_alive(labels.get(LABEL_OWNER, "")))
     if images:
-        report.removed_images = prune_images(engine)
+        report.removed_images = [entry.id for entry in prune_images(engine).removed]
     return report
 
 
-def prune_images(engine: DockerEngine) -> list[str]:
+class ImageEntry(BaseModel):
+    id: str
+    tags: list[str]
+    environment: str = ""
+    profile: str = ""
+
+
+class ImageGcReport(BaseModel):
+    """What `rebench images gc` removed and kept, and the engine's layer bytes it freed."""
+
+    removed: list[ImageEntry] = Field(default_factory=list)
+    kept_newest: list[ImageEntry] = Field(default_factory=list)
+    kept_in_use: list[ImageEntry] = Field(default_factory=list)
+    """Superseded, but a container (of a running, stopped or human attempt) or a resumable attempt uses it."""
+    refused: list[ImageEntry] = Field(default_factory=list)
+    """The engine would not remove it (a child image or a container made since the listing)."""
+    freed_bytes: int = 0
+
+
+def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
+                 environments: Iterable[str] | None = None) -> ImageGcReport:
     """Drop superseded images: all but the newest environment image per environment and
-    profile, and base images no longer tagged `latest` (the engine keeps any still in use)."""
-    newest: dict[tuple[str, str], tuple[str, str]] = {}
-    stale: list[str] = []
+    profile, and base images no longer tagged `latest`. Kept whatever its age: an image any
+    container was made from, and the images named in `keep` (tags or ids: what resumable
+    attempts will run). `environments`: only the images of these environments (and no base image)."""
+    only = set(environments) if environments is not None else None
+    protected = set(engine.images_in_use())
+    for ref in keep:
+        protected.add(ref)
+        found = engine.image_id(ref)
+        if found:
+            protected.add(found)
+    report = ImageGcReport()
+    newest: dict[tuple[str, str], tuple[str, ImageEntry]] = {}
+    stale: list[ImageEntry] = []
     for image_id, tags, labels in engine.images(LABEL_KIND):
         kind = labels.get(LABEL_KIND, "")
+        if only is not None and labels.get("rebench.environment", "") not in only:
+            continue
+        entry = ImageEntry(id=image_id, tags=tags, environment=labels.get("rebench.environment", ""),
+                           profile=labels.get("rebench.profile", ""))
         if kind == "environment":
-            key = (labels.get("rebench.environment", ""), labels.get("rebench.profile", ""))
+            key = (entry.environment, entry.profile)
             created = engine.image_created(image_id)
             if key in newest and newest[key][0] >= created:
-                stale.append(image_id)
+                stale.append(entry)
             else:
                 if key in newest:
                     stale.append(newest[key][1])
-                newest[key] = (created, image_id)
+                newest[key] = (created, entry)
         elif kind.startswith("base-") and not any(tag.endswith(":latest") for tag in tags):
-            stale.append(image_id)
-    removed = []
-    for image_id in stale:
-        if engine.remove_image(image_id):
-            removed.append(image_id)
-    return removed
+            stale.append(entry)
+    report.kept_newest = [entry for _, entry in newest.values()]
+    before = engine.layers_bytes()
+    for entry in stale:
+        if entry.id in protected or protected.intersection(entry.tags):
+            report.kept_in_use.append(entry)
+        elif engine.remove_image(entry.id):
+            report.removed.append(entry)
+        else:
+            report.refused.append(entry)
+    if report.removed:
+        report.freed_bytes = max(0, before - engine.layers_bytes())
+    return report
+
+
+DISK_WARNING_FRACTION = 0.85
+
+
+def engine_disk_warning(engine: DockerEngine, fraction: float = DISK_WARNING_FRACTION) -> str | None:
+    """One line when the disk holding the engine's images is fuller than `fraction`, else None."""
+    usage = engine.disk_usage()
+    if usage is None or usage[1] == 0 or usage[0] / usage[1] <= fraction:
+        return None
+    used, total = usage
+    return (f"the Docker engine's disk is {used / total:.0%} full ({(total - used) / 1024**3:.1f} GiB free): "
+            f"`rebench images gc` removes superseded environment images")

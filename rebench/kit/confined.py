@@ -81,11 +81,31 @@ def shared_memory_entries() -> set[str]:
         return set()
 
 
+def mapped_shared_memory() -> set[str]:
+    """The /dev/shm names that a process whose memory map this process may read has mapped now."""
+    names: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    start = line.find("/dev/shm/")
+                    if start >= 0:
+                        names.add(line[start + len("/dev/shm/"):].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:  # gone, or another user's: what it maps is not kept on its account
+            continue
+    return names
+
+
 def remove_new_shared_memory(before: set[str]) -> None:
     """Remove what this process can of the /dev/shm entries made since `before` was taken (a
     confined child may use shared memory; what it leaves must not outlive the call: the Docker
-    exec server removes the rest, owned by another user, when the call ends)."""
-    for name in shared_memory_entries() - before:
+    exec server removes the rest, owned by another user, when the call ends). An entry that a live
+    process still maps is another process's (the child is gone by now: a parallel build's or
+    attempt's semaphore, made during the call by the same user) and stays."""
+    in_use = mapped_shared_memory()
+    for name in shared_memory_entries() - before - in_use:
         path = os.path.join("/dev/shm", name)
         with contextlib.suppress(OSError):
             if os.path.isdir(path) and not os.path.islink(path):

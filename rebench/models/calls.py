@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from rebench.agents.base import AgentContext, ModelUsage
 from rebench.models.messages import Completion, Message, ModelClient, ProviderError, ToolSpec
 from rebench.models.prices import ModelPrice
+from rebench.models.requests import RequestLog
 
 RETRY_PAUSE_REASON = "provider-retry"
 
@@ -50,6 +51,8 @@ class ModelCaller:
         self.policy = policy or RetryPolicy()
         self.tokens_used = 0
         self.cost_used_usd = 0.0
+        self.requests = RequestLog()
+        """What each recorded call sent, as a difference from the call before (rebench.models.requests)."""
 
     async def complete(
         self,
@@ -118,7 +121,8 @@ class ModelCaller:
         )
         self.tokens_used += usage.input_tokens + usage.output_tokens
         self.cost_used_usd += usage.cost_usd
-        self.ctx.record_model_call(usage, **transcript(completion), **event)
+        request = self.requests.record(system, messages, tools, max_output_tokens=max_output_tokens)
+        self.ctx.record_model_call(usage, **transcript(completion), request=request, **event)
         return completion
 
 

@@ -40,6 +40,7 @@ class ReportSettings(BaseModel):
     total_budgets_s: tuple[float, ...]
     compare_at_s: float = 28800.0
     exclude_above: float | None = Field(None, description="leave out runs scoring above this; None keeps all")
+    strict: bool = Field(False, description="leave out estimates with k above the runs behind them")
 
 
 class ScoreRow(BaseModel):
@@ -480,8 +481,15 @@ def _best_all(rows: Iterable[ScoreRow], agent: str, source: str, total_s: float)
     return next((r for r in rows if (r.agent, r.source, r.total_s, r.environment, r.best_allocation) == wanted), None)
 
 
+def beyond_data(row: ScoreRow) -> bool:
+    """k above the runs behind the estimate: it is then only the best of those runs."""
+    return row.k > row.min_n
+
+
 def _label(row: ScoreRow) -> str:
-    return Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    """The allocation, marked `†` when k exceeds the runs behind it (`10m@192†`; the notes say how many)."""
+    label = Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    return f"{label}†" if beyond_data(row) else label
 
 
 def _agent_summaries(
@@ -615,6 +623,15 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         cap = max(CURVE_MAX_TOTAL_S, *totals)
         curve_totals = sorted({k * key[2] for k in CURVE_KS if k * key[2] <= cap} | {t for t in totals if t < key[2]})
         curves.extend(builder.group(key, runs, curve_totals))
+    beyond = sum(1 for row in rows if beyond_data(row))
+    if beyond and settings.strict:
+        rows = [row for row in rows if not beyond_data(row)]
+        curves = [row for row in curves if not beyond_data(row)]
+        notes.append(f"--strict left out {beyond} estimate(s) whose k is above the runs behind them")
+    elif beyond:
+        fewest = min(row.min_n for row in rows if beyond_data(row))
+        notes.append(f"† {beyond} estimate(s) have k above the runs behind them (as few as {fewest}): each is only "
+                     "the best of those runs (the n column; `--strict` leaves them out)")
     notes += _mark_best(rows)
     _mark_best(curves)  # comparability needs the per-environment rows; the plot keeps the averages
     curves = [r for r in curves if r.environment == ALL]

@@ -4,10 +4,14 @@ An attempt counts when it finished (`done`, `limit` or `error`, scoring what it 
 and is marked counted (an infrastructure failure that was retried is not); an
 interrupted attempt says nothing about the agent. Own attempts are normalized from
 their raw final score with the anchors in force (calibrated on this hardware, else
-declared); imported ones carry METR's normalized score. Where the final score was re-scored
+declared), or with their re-scoring window's anchors where it measured them
+(rebench.scoring.window); imported ones carry METR's normalized score. Where the final score was re-scored
 (final_rule = "rescore_best") that is the counted number, and RE-Bench's rule is carried beside it.
 Attempts with a score log also carry their score-over-time curve, which lets an attempt stand in
-for a shorter one."""
+for a shorter one.
+
+Own attempts with network (`rebench run --network full`) are never pooled with those without:
+their agent label carries NETWORK_MARK, so every group, row and plot keeps them apart."""
 
 from __future__ import annotations
 
@@ -25,15 +29,19 @@ from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
 from rebench.human.worktime import corrected_at, working_time
+from rebench.network import NetworkPolicy
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import normalize
+from rebench.scoring.window import final_anchors
 from rebench.store import Attempt, ScoreEvent, Store
-from rebench.store.models import HumanSession, Pause, PauseCorrection
+from rebench.store.models import Campaign, HumanSession, Pause, PauseCorrection
 
 SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"
 HUMAN_ATTEMPT_S = 28800.0
 COUNTED_STATUSES = ("done", "limit", "error")  # finished; an interrupted attempt says nothing
+NETWORK_MARK = " (network full)"
+"""Ends the agent label of own attempts that ran with network: they are not comparable with the rest."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class RunRecord:
     source: str
     budget_s: float
     score: float
-    anchors: str = "declared"  # declared | calibrated | imported | stored
+    anchors: str = "declared"  # declared | calibrated | window | imported | stored
     profile: str = ""
     campaign_id: int | None = None
     curve: tuple[ScorePoint, ...] | None = None  # None: no score log
@@ -64,6 +72,15 @@ class RunRecord:
     """Own human attempts: who, and working time with and without pause corrections."""
     gateway: MeterUsage | None = None
     """The agent's requests through the environment's model gateway (rebench.gateway); None: none."""
+    network: str = NetworkPolicy.NONE.value
+    """The sandbox's network (rebench.network); imported METR runs are `full`."""
+    cost_usd: float | None = None
+    """Dollars spent (the agent's model plus its gateway requests; METR's `dollar_equivalent` for
+    imported runs); None where nothing was recorded, which is not the same as free."""
+    tokens: int | None = None
+    """The agent's model tokens (input + output); None where no model was recorded."""
+    working_s: float | None = None
+    """Working time the attempt used (own attempts); None for imported runs."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -107,7 +124,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-class _Normalizer:
+class Normalizer:
     """Per (environment, profile): direction, final rule and anchors, looked up once."""
 
     def __init__(self, store: Store, info: EnvironmentInfo) -> None:
@@ -135,15 +152,17 @@ class _Normalizer:
             return normalize(attempt.rule_raw, spec[1].start, spec[1].reference)
         return max(0.0, float(attempt.rule_normalized)) if attempt.rule_normalized is not None else 0.0
 
-    def final(self, attempt: Attempt) -> tuple[float, str]:
+    def final(self, attempt: Attempt, events: Sequence[ScoreEvent] = ()) -> tuple[float, str]:
         """The normalized final score and the kind of anchors behind it.
 
-        Own attempts are normalized from the raw score (the source of truth) with the
-        anchors in force; without the environment folder the stored value is used.
+        Own attempts are normalized from the raw score (the source of truth) with the anchors
+        their re-scoring window measured (`events`: their score rows, rebench.scoring.window),
+        else with the anchors in force; without the environment folder the stored value is used.
         """
         spec = self.spec(attempt.environment, attempt.profile) if attempt.source == "own" else None
         if spec is not None:
-            return normalize(attempt.final_raw, spec[1].start, spec[1].reference), spec[1].kind
+            anchors = final_anchors(attempt.final_rule, events, spec[0].direction, spec[1])
+            return normalize(attempt.final_raw, anchors.start, anchors.reference), anchors.kind
         stored = attempt.final_normalized
         kind = attempt.anchors_kind or ("imported" if attempt.source == "imported" else "stored")
         return (max(0.0, float(stored)) if stored is not None else 0.0), kind
@@ -180,10 +199,27 @@ def _counted(query: Any) -> Any:
 
 
 def agent_label(attempt: Attempt) -> str:
-    """Own attempts are told apart by model too (`modular/claude-...`); METR's alias already names it."""
-    if attempt.source == "own" and attempt.model and attempt.agent != HUMAN_AGENT:
-        return f"{attempt.agent}/{attempt.model}"
-    return attempt.agent
+    """Own attempts are told apart by model too (`modular/claude-...`), and by NETWORK_MARK when they
+    ran with network; METR's alias already names the model (and all of METR's runs had network)."""
+    if attempt.source != "own":
+        return attempt.agent
+    label = f"{attempt.agent}/{attempt.model}" if attempt.model and attempt.agent != HUMAN_AGENT else attempt.agent
+    return label + NETWORK_MARK if attempt.network == NetworkPolicy.FULL else label
+
+
+def network_notes(runs: list[RunRecord]) -> list[str]:
+    """What the report says about network: which own attempts had it, and that METR's runs all did."""
+    own = [r for r in runs if r.source == "own"]
+    with_network = sum(r.network == NetworkPolicy.FULL for r in own)
+    notes = []
+    if with_network:
+        notes.append(f"{with_network} own attempt(s) ran with network (`rebench run --network full`): their agent "
+                     f"label ends in '{NETWORK_MARK.strip()}' and they are never pooled with attempts without network")
+    if with_network < len(own) and any(r.source == "imported" for r in runs):
+        notes.append("METR's imported runs had internet access (RE-Bench gave every task full internet); own "
+                     f"attempts not marked '{NETWORK_MARK.strip()}' had none: comparisons across the two are "
+                     "indicative only")
+    return notes
 
 
 def _human_clocks(
@@ -214,9 +250,39 @@ def _human_clocks(
     return out
 
 
+def unmatched_filter(store: Store, filters: Filters) -> str | None:
+    """One line naming the first filter value that matches no attempt in the database, and the
+    values that exist; None when every value matches something. (A typo must not quietly give a
+    report of everything else, or of the humans only.)"""
+    with store.session() as session:
+        campaigns = sorted(session.scalars(select(Campaign.id)))
+        attempts = session.execute(select(Attempt.environment, Attempt.agent, Attempt.model).distinct()).all()
+    environments = sorted({row[0] for row in attempts})
+    agents = {row[1] for row in attempts} | {f"{row[1]}/{row[2]}" for row in attempts if row[2]}
+    checks: list[tuple[str, Sequence[object], Sequence[object]]] = [
+        ("campaign", filters.campaigns, campaigns), ("environment", filters.environments, environments),
+        ("agent", filters.agents, sorted(agents)),
+    ]
+    for what, given, existing in checks:
+        for value in given:
+            if value not in existing:
+                shown = ", ".join(map(str, existing[:20])) + (" ..." if len(existing) > 20 else "") or "none"
+                return f"no attempts of {what} {value!r} in this database; {what}s there: {shown}"
+    return None
+
+
+def _spend(attempt: Attempt, gateway: MeterUsage | None) -> dict[str, Any]:
+    """Cost, tokens and working time as recorded; a zero cost is "not recorded", never "free"."""
+    cost = float(attempt.cost_usd or 0.0) + (gateway.cost_usd if gateway else 0.0)
+    tokens = int(attempt.input_tokens or 0) + int(attempt.output_tokens or 0)
+    own = attempt.source == "own"
+    return {"cost_usd": cost if cost > 0 else None, "tokens": tokens if own and attempt.model else None,
+            "working_s": float(attempt.working_s) if own else None}
+
+
 def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | None = None) -> ReportData:
     info = info or default_info()
-    normalizer = _Normalizer(store, info)
+    normalizer = Normalizer(store, info)
     with store.session() as session:
         query = _counted(select(Attempt))
         if filters.environments:
@@ -248,7 +314,7 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
         clocks = _human_clocks(session, [a for a in attempts + humans if a.source == "own" and a.agent == HUMAN_AGENT])
 
         def record(attempt: Attempt) -> RunRecord:
-            score, anchors = normalizer.final(attempt)
+            score, anchors = normalizer.final(attempt, events.get(attempt.id, []))
             rule = normalizer.rule(attempt)
             clock, at = clocks.get(attempt.id, (None, None))
             return RunRecord(
@@ -266,6 +332,10 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 rule_score=rule,
                 human=clock,
                 gateway=gateway.get(attempt.id),
+                network=str(attempt.network),
+                **_spend(attempt, gateway.get(attempt.id)),
             )
 
-        return ReportData(runs=[record(a) for a in attempts], humans=[record(a) for a in humans])
+        runs, people = [record(a) for a in attempts], [record(a) for a in humans]
+        once = list({r.attempt_id: r for r in runs + people}.values())  # human attempts may be in both
+        return ReportData(runs=runs, humans=people, notes=network_notes(once))

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from rebench.errors import RebenchError
+from rebench.network import NetworkPolicy
 from rebench.report.known_environments import (
     METR_FAMILY_PREFIX,
     RE_BENCH_ENVIRONMENTS,
@@ -60,6 +61,7 @@ class _Row:
     budget_s: float
     score: float
     clipped: bool
+    cost_usd: float | None = None  # METR's `dollar_equivalent` (its file has it for human runs only)
 
     def same_run(self, other: _Row) -> bool:
         """Whether two lines describe the same run identically (a repeated line, not a conflict)."""
@@ -215,7 +217,18 @@ def _parse_row(path: Path, line: int, record: dict[str, Any], environment: str) 
         budget_s=budget_s,
         score=max(0.0, score),  # the paper's rule: below the start counts as 0
         clipped=score < 0,
+        cost_usd=_dollars(path, line, record),
     )
+
+
+def _dollars(path: Path, line: int, record: dict[str, Any]) -> float | None:
+    """`dollar_equivalent` when given (null or absent: not recorded); a negative cost is malformed."""
+    if record.get("dollar_equivalent") is None:
+        return None
+    value = _number(path, line, record, "dollar_equivalent")
+    if value < 0:
+        raise MalformedRow(path, line, "dollar_equivalent", f"must be 0 or more dollars, got {value}")
+    return value
 
 
 def parse_metr_runs(path: Path, info: EnvironmentInfo) -> tuple[list[_Row], int]:
@@ -299,7 +312,9 @@ def _store_rows(store: Store, sha256: str, rows: list[_Row]) -> list[_Row]:
                 submitted=True,
                 final_raw=None,
                 final_normalized=row.score,
+                cost_usd=row.cost_usd or 0.0,  # 0: not recorded (the report leaves such runs off its money plot)
                 anchors_kind="imported",
+                network=NetworkPolicy.FULL,  # RE-Bench gave every task full internet access
                 import_sha256=sha256,
                 import_row=row.line,
                 external_id=row.run_id,

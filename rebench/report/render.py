@@ -18,7 +18,9 @@ from rebench.errors import RebenchError
 from rebench.report.allocation import Allocation
 from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.report.money import spend, tokens_per_hour, unique_runs
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
+from rebench.report.story import AttemptStory, stories_html, stories_markdown, story_file, story_png
 from rebench.report.tree import SolutionTree, tree_html
 from rebench.tables import Col, print_table
 
@@ -59,7 +61,8 @@ def settings_line(report: Report) -> str:
 
 
 def _allocation(row: ScoreRow) -> str:
-    return Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    label = Allocation(row.budget_s, row.k, row.total_s, row.truncated).label
+    return f"{label}†" if row.k > row.min_n else label
 
 
 def _sorted_rows(rows: Sequence[ScoreRow]) -> list[ScoreRow]:
@@ -100,8 +103,13 @@ def _headline_table(report: Report) -> Table_:
     )
 
 
+def _per_hour(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _agents_table(report: Report) -> Table_:
     at = format_duration(report.settings.compare_at_s)
+    rates = tokens_per_hour(unique_runs(report))
     rows = [
         [
             a.agent,
@@ -117,13 +125,14 @@ def _agents_table(report: Report) -> Table_:
                 if a.above_2
                 else "same"
             ),
+            _per_hour(rates.get(a.agent)) if a.source == "own" else "-",
         ]
         for a in sorted(report.agents, key=lambda a: (a.agent != "human", a.agent, a.source))
     ]
     return (
         f"runs per agent: ended without submitting (no submit), scoring above 2 (>2), and the best score at "
-        f"{at} with and without those above 2",
-        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2"],
+        f"{at} with and without those above 2, and model tokens per working hour (tokens/h; - where none recorded)",
+        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2", "tokens/h"],
         rows,
     )
 
@@ -362,7 +371,7 @@ def report_json(report: Report) -> list[dict[str, Any]]:
 
 def _figures(report: Report, info: EnvironmentInfo) -> list[tuple[str, str, bytes | None]]:
     """(title, file name, PNG or None when there is nothing to plot) for every plot of the report."""
-    from rebench.report import plots
+    from rebench.report import money, plots
 
     at = report.settings.compare_at_s
     return [
@@ -378,7 +387,14 @@ def _figures(report: Report, info: EnvironmentInfo) -> list[tuple[str, str, byte
             plots.per_environment(report, at, info),
         ),
         ("Score over time (attempts with score logs)", "score_over_time.png", plots.score_over_time(report, info)),
+        ("Score vs money per attempt", "score_vs_money.png", money.score_vs_money(report)),
     ]
+
+
+def notes(report: Report) -> list[str]:
+    """The report's notes and what the money plot left out."""
+    left = spend(unique_runs(report)).note()
+    return [*report.notes, *([left] if left else [])]
 
 
 def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
@@ -387,7 +403,8 @@ def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> lis
     return [*lines, ""]
 
 
-def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]]) -> str:
+def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]],
+              stories: Sequence[AttemptStory] = ()) -> str:
     lines = ["# rebench report", "", settings_line(report), ""]
     tables = _tables(report, True, info)
     lines += _markdown_table(*tables[0])
@@ -395,7 +412,8 @@ def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, st
         lines += [f"## {title}", "", f"![{title}]({name})" if png is not None else "No data for this plot.", ""]
     for table in tables[1:]:
         lines += _markdown_table(*table)
-    lines += [f"- note: {note}" for note in report.notes]
+    lines += stories_markdown(stories)
+    lines += [f"- note: {note}" for note in notes(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -433,8 +451,12 @@ def _html_table(title: str, header: list[str], rows: list[list[str]]) -> list[st
     return parts
 
 
+def _data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
 def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]],
-          trees: Sequence[SolutionTree] = ()) -> str:
+          trees: Sequence[SolutionTree] = (), stories: Sequence[tuple[AttemptStory, bytes]] = ()) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
         f"<style>{_STYLE}</style></head><body>",
@@ -448,32 +470,38 @@ def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, b
         if png is None:
             parts.append("<p class='note'>No data for this plot.</p>")
         else:
-            data = base64.b64encode(png).decode("ascii")
-            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+            parts.append(f"<img alt='{html.escape(title)}' src='{_data_url(png)}'>")
     for table in tables[1:]:
         parts += _html_table(*table)
     parts += [tree_html(tree) for tree in trees]
-    parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in report.notes]
+    if stories:
+        parts.append(stories_html([s for s, _ in stories], {s.run.attempt_id: _data_url(png) for s, png in stories}))
+    parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in notes(report)]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_outputs(report: Report, out_dir: Path, info: EnvironmentInfo | None = None,
-                  trees: Sequence[SolutionTree] = ()) -> list[Path]:
+                  trees: Sequence[SolutionTree] = (), stories: Sequence[AttemptStory] = ()) -> list[Path]:
     """report.md, score_at_k.csv, report.html and the plots as PNG files in `out_dir`; returns the paths.
-    `trees` (aide attempts' solution trees) are drawn at the end of report.html."""
+    `trees` (aide attempts' solution trees) are drawn at the end of report.html; each of `stories`
+    gets its plot in attempts/ and a folded section of report.html (rebench.report.story)."""
     info = info or default_info()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RebenchError(f"cannot create the output folder {str(out_dir)!r}: {exc}") from None
     figures = _figures(report, info)
+    drawn = [(story, story_png(story)) for story in stories]
     files: dict[Path, bytes] = {
-        out_dir / "report.md": _markdown(report, info, figures).encode("utf-8"),
+        out_dir / "report.md": _markdown(report, info, figures, stories).encode("utf-8"),
         out_dir / "score_at_k.csv": score_rows_csv(report).encode("utf-8"),
-        out_dir / "report.html": _html(report, info, figures, trees).encode("utf-8"),
+        out_dir / "report.html": _html(report, info, figures, trees, drawn).encode("utf-8"),
     }
     files.update({out_dir / name: png for _, name, png in figures if png is not None})
+    files.update({out_dir / story_file(story): png for story, png in drawn})
+    if drawn:
+        (out_dir / "attempts").mkdir(exist_ok=True)
     for path, content in files.items():
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_bytes(content)

@@ -21,6 +21,7 @@ def settings_from_options(
     budgets: str | Sequence[str] | None = None,
     at: str = "8h",
     exclude_above: float | None = None,
+    strict: bool = False,
 ) -> ReportSettings:
     """Validate user-typed options; each bad value is a one-line RebenchError."""
     if estimator not in ESTIMATORS:
@@ -39,6 +40,7 @@ def settings_from_options(
         total_budgets_s=totals,
         compare_at_s=compare_at,
         exclude_above=exclude_above,
+        strict=strict,
     )
 
 
@@ -47,6 +49,6 @@ def make_report(
 ) -> Report | None:
     """The report for the attempts matching `filters`, or None when nothing matches."""
     data = load_report_data(store, filters, info)
-    if not data.runs and not data.humans:
-        return None
+    if not data.runs and (not data.humans or filters.campaigns or filters.agents):
+        return None  # asked about agents or campaigns that have no attempts: humans alone answer nothing
     return build_report(data, settings, info)

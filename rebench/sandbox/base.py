@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from rebench.network import NetworkPolicy
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
 if TYPE_CHECKING:
@@ -67,7 +68,9 @@ class SandboxSpec(BaseModel):
     memory_gb: float = 4.0
     gpus: list[int] = Field(default_factory=list)
     max_processes: int = 2048
-    network: bool = False
+    network: NetworkPolicy = NetworkPolicy.NONE
+    """none: loopback only; full: a network of the attempt's own (Docker; rebench.sandbox.docker.network).
+    The local backend controls no network: its commands have the host's whatever this says."""
     env: dict[str, str] = Field(default_factory=dict)
     keep_alive: bool = False
     """A human attempt's sandbox: it outlives the harness process (no removal when the harness's
@@ -197,3 +200,8 @@ class SandboxBackend:
     """Build (not start) the attempt's sandbox for this environment; may raise SandboxStartError."""
     available: Callable[[], bool] = lambda: True
     """Whether the backend can run now (an engine answers); asked only to pick the default backend."""
+    networks: frozenset[NetworkPolicy] = frozenset()
+    """The network policies (rebench.network) the backend enforces; `rebench run --network` naming
+    another is refused. Empty: it controls no network (its commands have the host's)."""
+    check_network: Callable[[NetworkPolicy], None] = lambda _policy: None
+    """Raise RebenchError (one line) when this host cannot enforce `policy` now; asked before a run."""

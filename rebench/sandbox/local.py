@@ -48,7 +48,7 @@ backend's exec server follows the same rule."""
 READ_CHUNK = 65536
 LOCAL_WARNING = (
     "the local backend does not isolate the agent: it can read held-out data and the reference "
-    "solution. Use --backend docker for untrusted agents."
+    "solution, and reach whatever this host's network reaches. Use --backend docker for untrusted agents."
 )
 
 

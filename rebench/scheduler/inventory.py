@@ -34,12 +34,19 @@ def gpu_ids() -> list[int]:
 
 
 def parse_gpus(text: str | None) -> list[int]:
-    """`--gpus`: device ids like 0,1,2, or `all` (this host's inventory)."""
-    if not text:
+    """`--gpus`: device ids like 0,1,2, or `all` (this host's inventory). None: not given. Given but
+    naming no device (`''`, `,`, or `all` on a host without GPUs) is an error, not a silent "no GPUs"."""
+    if text is None:
         return []
     if text.strip().lower() == "all":
-        return gpu_ids()
+        found = gpu_ids()
+        if not found:
+            raise RebenchError("invalid --gpus 'all': this host has no GPU that rebench can see (nvidia-smi)")
+        return found
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        ids = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise RebenchError(f"invalid --gpus {text!r}: use device ids like 0,1,2 or `all`") from None
+    if not ids:
+        raise RebenchError(f"invalid --gpus {text!r}: name at least one device id, like 0,1,2, or `all`")
+    return ids

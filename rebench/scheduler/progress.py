@@ -2,8 +2,9 @@
 runs in another process (or on another host of the same database): `rebench campaigns list|show`
 and the live view of `rebench run`.
 
-Counts are per (environment, agent): `done` counts the counted rows that finished; `running`
-and `queued` what is under way; `retried` the tries that no longer count (an infrastructure
+Counts are per (environment, agent): `done` counts the counted rows that ended normally (done,
+or stopped at a limit), `error` and `interrupted` those that did not; `running` and `queued` what
+is under way; `retried` the tries that no longer count (an infrastructure
 failure, or a harness that died). Whether the campaign still runs is its lease's heartbeat.
 """
 
@@ -28,6 +29,8 @@ class GroupProgress(BaseModel):
     agent: str
     planned: int
     done: int = 0
+    error: int = 0
+    interrupted: int = 0
     running: int = 0
     queued: int = 0
     retried: int = 0
@@ -56,6 +59,25 @@ class CampaignProgress(BaseModel):
     @property
     def done(self) -> int:
         return sum(g.done for g in self.groups)
+
+    @property
+    def error(self) -> int:
+        return sum(g.error for g in self.groups)
+
+    @property
+    def interrupted(self) -> int:
+        return sum(g.interrupted for g in self.groups)
+
+    @property
+    def ended(self) -> int:
+        """Attempts that will not run again without `--resume`: done, error and interrupted."""
+        return self.done + self.error + self.interrupted
+
+    def counts_text(self) -> str:
+        """`2/4 done, 1 error, 1 interrupted`: an attempt that failed is never counted as done."""
+        parts = [f"{self.done}/{self.planned} done"]
+        parts += [f"{n} {what}" for n, what in ((self.error, "error"), (self.interrupted, "interrupted")) if n]
+        return ", ".join(parts)
 
     @property
     def running(self) -> int:
@@ -87,7 +109,12 @@ def _groups(attempts: list[Attempt]) -> list[GroupProgress]:
         elif a.status == AttemptStatus.QUEUED:
             group.queued += 1
         elif a.status in FINISHED_STATUSES:
-            group.done += 1
+            if a.status == AttemptStatus.ERROR:
+                group.error += 1
+            elif a.status == AttemptStatus.INTERRUPTED:
+                group.interrupted += 1
+            else:
+                group.done += 1
             wall = _seconds(a.started_at, a.ended_at)
             if wall is not None:
                 walls.setdefault(key, []).append(wall)

@@ -35,6 +35,7 @@ from rebench.environments.metadata import EnvironmentMetadata
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
+from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, join
 from rebench.store.db import Store
 from rebench.store.models import (
     Attempt,
@@ -66,17 +67,14 @@ def _ray() -> Any:
     return ray
 
 
-def connect(address: str | None) -> None:
-    """Join the cluster at `address` (None: start a Ray instance on this machine), once per process."""
+def connect(address: str | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Join the cluster at `address` (None: start a Ray instance on this machine), once per process,
+    within `timeout_s` (rebench.scheduler.ray_connect: a one-line RebenchError otherwise)."""
     ray = _ray()
     if _connected and ray.is_initialized():
         return
     env_vars = {key: os.environ[key] for key in FORWARDED_ENV if key in os.environ}
-    try:
-        ray.init(address=address, runtime_env={"env_vars": env_vars}, ignore_reinit_error=True,
-                 logging_level="WARNING", log_to_driver=False)
-    except ConnectionError as exc:
-        raise RebenchError(f"invalid --ray-address {address!r}: no Ray cluster answers there ({exc})") from None
+    join(ray, address, timeout_s, env_vars)
     _connected.append(address)
 
 

@@ -77,7 +77,7 @@ def retry_row(failed: Attempt) -> Attempt:
         campaign_id=failed.campaign_id, source="own", environment=failed.environment,
         env_version=failed.env_version, profile=failed.profile, agent=failed.agent, model=failed.model,
         budget_s=failed.budget_s, seed=failed.seed, status=AttemptStatus.QUEUED, backend=failed.backend,
-        retry_of=failed.id,
+        network=failed.network, retry_of=failed.id,
     )
 
 
@@ -110,6 +110,19 @@ def campaign_spec(store: Store, campaign_id: int) -> dict[str, Any]:
             raise RebenchError(f"no campaign {campaign_id} in {store.path}; recent campaigns: {known} "
                                "(`rebench campaigns list`)")
         return dict(campaign.spec)
+
+
+def check_resumable(store: Store, campaign_id: int) -> None:
+    """RebenchError, before anything is written, when every counted attempt of the campaign ended
+    (done, limit or error): a resume would only rewrite the campaign's status."""
+    campaign_spec(store, campaign_id)
+    with store.session() as session:
+        statuses = list(session.scalars(select(Attempt.status).where(
+            Attempt.campaign_id == campaign_id, Attempt.counted.is_(True), Attempt.agent != HUMAN_AGENT)))
+    open_ = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED)
+    if not any(status in open_ for status in statuses):
+        raise RebenchError(f"campaign {campaign_id} has nothing to resume: its {len(statuses)} attempt(s) all "
+                           f"ended (`rebench campaigns show {campaign_id}`)")
 
 
 def prepare_resume(store: Store, campaign_id: int, broker: LeaseBroker | None = None) -> list[int]:

@@ -14,6 +14,11 @@ intermediate score counts) an agent banks that luck. With this rule the harness:
 Intermediate scores stay what the agent saw; RE-Bench's own number (the best intermediate
 score) is kept beside the final one on the attempt row (`rule_raw`).
 
+With window anchors (timing profiles, rebench.scoring.window) step 2 runs in rounds: the
+starting solution, the reference solution, then each candidate, once each per round
+(ScoreKind.ANCHOR_START / ANCHOR_REFERENCE events for the first two), `repeats` rounds; the
+anchors' medians normalize the final score.
+
 An invalid re-score (the solution crashed, timed out or gave a wrong answer this time) is
 counted as a failed re-score and ranks below every valid value in the median: a snapshot
 whose re-scores are invalid half the time or more has no median (with an even number of
@@ -41,7 +46,7 @@ from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 from rebench.scoring.normalize import final_raw_score, is_valid
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import CallTokens, run_scoring
-from rebench.store.models import ScoreEvent
+from rebench.store.models import ScoreEvent, ScoreKind
 
 Direction = Literal["lower", "higher"]
 FinalRule = Literal["best", "last", "rescore_best"]
@@ -151,11 +156,30 @@ class CandidateRescore(BaseModel):
     median: float | None = None
 
 
+class AnchorSolutions(BaseModel):
+    """The starting and the reference solution as host folders, each laid into the emptied
+    solution folder in order (the workspace, then the build's, then for the reference its own
+    files over them: as installing the environment and calibrating lay them)."""
+
+    start: list[str]
+    reference: list[str]
+
+
+class WindowAnchors(BaseModel):
+    """The anchors measured in the re-scoring window: each solution's re-scores and their median."""
+
+    start_raws: list[float | None] = Field(default_factory=list)
+    reference_raws: list[float | None] = Field(default_factory=list)
+    start: float | None = None
+    reference: float | None = None
+
+
 class RescoreSummary(BaseModel):
     """What the re-scoring did, for the attempt's record (a `note` event) and its row."""
 
     final_raw: float | None
     candidates: list[CandidateRescore]
+    anchors: WindowAnchors | None = None
     skipped: list[str] = Field(default_factory=list)
     failed: int = 0
     repeats: int
@@ -200,6 +224,12 @@ def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
 
 async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
     """Replace the sandbox's solution folder by a snapshot's content; an error line, or None."""
+    return await restore_layers(sandbox, [snapshot])
+
+
+async def restore_layers(sandbox: Sandbox, layers: Sequence[Path]) -> str | None:
+    """Empty the sandbox's solution folder and copy host folders into it, in order (a later one's
+    files over an earlier one's); an error line, or None."""
     solution = sandbox.paths.solution
     # The agent owns the folder above the solution, so `solution` may be a symbolic link it made
     # (to /etc, say): root must not follow it. The name is removed, whatever it is, and made again
@@ -210,38 +240,64 @@ async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
         user="root", timeout=RESTORE_TIMEOUT_S)
     if not cleared.ok:
         return f"could not empty the solution folder: {cleared.stderr.strip()[-300:] or cleared.exit_code}"
-    await sandbox.copy_in(str(snapshot), solution, user="agent")
+    for layer in layers:
+        await sandbox.copy_in(str(layer), solution, user="agent")
     return None
 
 
-Record = Callable[[ScoreResult, dict[str, object]], object]
+Record = Callable[[ScoreResult, ScoreKind, dict[str, object]], object]
+
+
+async def _score_layers(sandbox: Sandbox, layers: Sequence[Path], restore: bool, error: str | None,
+                        timeout_s: float, tokens: CallTokens | None) -> tuple[ScoreResult, str | None]:
+    """Lay a solution into the solution folder (unless it is there already) and score it once."""
+    if restore:
+        error = await restore_layers(sandbox, layers)
+    if error is not None:
+        return ScoreResult(raw=None, message={"error": error}), error
+    return await run_scoring(sandbox, timeout_s, tokens), None
 
 
 async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candidates: int, repeats: int,
                   direction: Direction, timeout_s: float, record: Record,
-                  log: Callable[[str], None] = lambda _m: None, tokens: CallTokens | None = None) -> RescoreSummary:
-    """Re-score the best candidates (module docstring); `record` stores each re-score as it comes."""
+                  log: Callable[[str], None] = lambda _m: None, tokens: CallTokens | None = None,
+                  anchors: AnchorSolutions | None = None) -> RescoreSummary:
+    """Re-score the best candidates (module docstring); `record` stores each re-score as it comes.
+    With `anchors`, the starting and reference solutions are scored in every round beside them."""
     chosen, skipped = choose_candidates(snapshots, candidates, direction)
     results: list[CandidateRescore] = []
-    for index, snapshot in enumerate(chosen, 1):
+    for snapshot in chosen:
         assert snapshot.score_id is not None and snapshot.raw is not None and snapshot.sha256 is not None
-        entry = CandidateRescore(score_id=snapshot.score_id, snapshot=snapshot.path, sha256=snapshot.sha256,
-                                 intermediate_raw=snapshot.raw)
-        results.append(entry)
-        error = await restore_snapshot(sandbox, Path(snapshot.path))
-        for repeat in range(1, repeats + 1):
-            log(f"re-scoring candidate {index}/{len(chosen)}, run {repeat}/{repeats}")
-            if error is None:
-                result = await run_scoring(sandbox, timeout_s, tokens)
-            else:
-                result = ScoreResult(raw=None, message={"error": error})
-            record(result, {"rescore_of": snapshot.score_id, "snapshot": snapshot.path, "sha256": snapshot.sha256,
-                            "repeat": repeat})
-            entry.raws.append(result.raw if result.valid else None)
+        results.append(CandidateRescore(score_id=snapshot.score_id, snapshot=snapshot.path, sha256=snapshot.sha256,
+                                        intermediate_raw=snapshot.raw))
+    window = WindowAnchors() if anchors is not None and results else None
+    # Without anchors, each candidate's repeats run back to back (one restore each); with them, round by round.
+    order = ([(repeat, index) for repeat in range(1, repeats + 1) for index in range(len(results))] if window
+             else [(repeat, index) for index in range(len(results)) for repeat in range(1, repeats + 1)])
+    errors: dict[int, str | None] = {}
+    for repeat, index in order:
+        if window is not None and anchors is not None and index == 0:
+            for kind, layers, raws in ((ScoreKind.ANCHOR_START, anchors.start, window.start_raws),
+                                       (ScoreKind.ANCHOR_REFERENCE, anchors.reference, window.reference_raws)):
+                log(f"re-scoring window: {kind.value.removeprefix('anchor_')} solution, run {repeat}/{repeats}")
+                result, _ = await _score_layers(sandbox, [Path(p) for p in layers], True, None, timeout_s, tokens)
+                record(result, kind, {"anchor": kind.value.removeprefix("anchor_"), "repeat": repeat})
+                raws.append(result.raw if result.valid else None)
+        entry = results[index]
+        log(f"re-scoring candidate {index + 1}/{len(results)}, run {repeat}/{repeats}")
+        result, errors[index] = await _score_layers(sandbox, [Path(entry.snapshot)], window is not None or repeat == 1,
+                                                    errors.get(index), timeout_s, tokens)
+        record(result, ScoreKind.RESCORE, {"rescore_of": entry.score_id, "snapshot": entry.snapshot,
+                                           "sha256": entry.sha256, "repeat": repeat})
+        entry.raws.append(result.raw if result.valid else None)
+    for entry in results:
         entry.failed = sum(1 for raw in entry.raws if raw is None)
         entry.median = rescore_median(entry.raws, direction)
+    if window is not None:
+        window.start = rescore_median(window.start_raws, direction)
+        window.reference = rescore_median(window.reference_raws, direction)
     best = final_raw_score([c.median for c in results], rule="best", direction=direction)
-    return RescoreSummary(final_raw=best, candidates=results,
+    return RescoreSummary(final_raw=best, candidates=results, anchors=window,
                           skipped=skipped, failed=sum(c.failed for c in results), repeats=repeats)
 
 

@@ -1,10 +1,12 @@
-"""Opening the database: SQLite in WAL mode, schema brought to head by Alembic."""
+"""Opening the database: SQLite in WAL mode; read-only for commands that only read, and
+brought to this rebench's schema by Alembic only for commands that write, after a backup."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,7 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from rebench.errors import RebenchError
-
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+from rebench.store.schema import MIGRATIONS_DIR, FileKind, backup, backup_path, head_revision, inspect_file
 
 
 def default_db_path() -> Path:
@@ -35,6 +36,17 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _on_connect_read_only(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def _upgrade(engine: Engine) -> None:
     from alembic import command
     from alembic.config import Config
@@ -47,30 +59,70 @@ def _upgrade(engine: Engine) -> None:
 
 
 class Store:
-    """A handle on one database file; `session()` gives a transaction that commits or rolls back whole."""
+    """A handle on one database file; `session()` gives a transaction that commits or rolls back whole.
 
-    def __init__(self, path: Path | str | None = None, *, migrate: bool = True) -> None:
+    `read_only`: the file must exist at this rebench's schema and is opened read-only (SQLite's
+    `mode=ro`): listing, showing and reporting never change a shared database, and never upgrade
+    it behind its other users' backs. Otherwise (commands that write) a missing file is created
+    at this schema, and an older one is first copied beside itself (`X.bak-<revision>`), then
+    upgraded, with one line to `on_upgrade`. A file from a newer rebench, a damaged one, or
+    someone else's SQLite file is refused in one line either way, and is left byte for byte as it was.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, read_only: bool = False,
+                 on_upgrade: Callable[[str], None] = _say) -> None:
         self.path = Path(path) if path is not None else default_db_path()
-        if self.path.exists() and self.path.is_dir():
-            raise RebenchError(f"database path {str(self.path)!r} is a directory; give a file path")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RebenchError(f"cannot create the database folder {str(self.path.parent)!r}: {exc}") from None
-        self._check_sqlite_file()
-        self.engine = create_engine(f"sqlite:///{self.path}", future=True)
-        event.listen(self.engine, "connect", _on_connect)
+        self.read_only = read_only
+        state = inspect_file(self.path)
+        problem = state.problem()
+        if problem:
+            raise RebenchError(problem)
+        if read_only:
+            if state.kind is FileKind.MISSING:
+                raise RebenchError(f"no rebench database at {self.path} (pass --db PATH, or set REBENCH_DB)")
+            if state.kind is FileKind.OLDER:
+                raise RebenchError(state.needs_upgrade())
+            uri = f"file:{self.path.resolve()}?mode=ro"
+            self.engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
+                uri, uri=True, check_same_thread=False), future=True)
+            event.listen(self.engine, "connect", _on_connect_read_only)
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RebenchError(f"cannot create the database folder {str(self.path.parent)!r}: {exc}") from None
+            self.engine = create_engine(f"sqlite:///{self.path}", future=True)
+            event.listen(self.engine, "connect", _on_connect)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        if migrate:
+        if state.kind is FileKind.MISSING:
             _upgrade(self.engine)
+        elif state.kind is FileKind.OLDER and not read_only:
+            kept = backup(self.path, backup_path(state))
+            _upgrade(self.engine)
+            on_upgrade(f"upgraded database {self.path} from schema {state.revision} to {head_revision()}; "
+                       f"the file as it was is kept as {kept}")
+        if not read_only:
+            self._record_snapshots_dir()
 
-    def _check_sqlite_file(self) -> None:
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            return
-        with open(self.path, "rb") as handle:
-            header = handle.read(16)
-        if header != b"SQLite format 3\x00":
-            raise RebenchError(f"{str(self.path)!r} is not a SQLite database; pass another --db path")
+    def _recorded_snapshots_dir(self) -> str | None:
+        from rebench.store.models import StoreSetting
+
+        with self.session() as session:
+            row = session.get(StoreSetting, "snapshots_dir")
+            return row.value if row is not None else None
+
+    def _record_snapshots_dir(self) -> None:
+        from rebench.store.models import StoreSetting
+
+        if self._recorded_snapshots_dir() is None:
+            with self.session() as session:
+                session.add(StoreSetting(key="snapshots_dir", value=f"{self.path.name}-snapshots"))
+
+    @property
+    def snapshots_dir(self) -> Path:
+        """This database's snapshot folder, beside it; recorded in it, so each database has its own."""
+        recorded = self._recorded_snapshots_dir() or f"{self.path.name}-snapshots"
+        return self.path.parent / recorded
 
     @contextmanager
     def session(self) -> Iterator[Session]:

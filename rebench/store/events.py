@@ -13,9 +13,9 @@ existed have no `v`: they are version 1.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rebench.errors import RebenchError
 from rebench.store.models import ErrorSource, EventKind, LimitReason
@@ -98,8 +98,75 @@ class Sleep(_Payload):
     seconds: float
 
 
-class ModelCall(_Payload):
+class SentToolCall(BaseModel):
+    """A tool call inside a message sent to the model (rebench.models.ToolCall)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    parse_error: str | None = None
+
+
+class SentMessage(BaseModel):
+    """One message as the agent sent it (rebench.models.Message); defaults are left out when stored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[SentToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+
+class SentTool(BaseModel):
+    """A tool offered to the model (rebench.models.ToolSpec)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ReplacedMessage(BaseModel):
+    """A message of the kept prefix that changed since the previous call (e.g. trimmed to a notice)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0)
+    message: SentMessage
+
+
+class ModelRequest(BaseModel):
+    """What one model call sent, stored as a difference from the call before it.
+
+    Consecutive calls of a conversation resend everything said so far, so storing each
+    request whole would grow quadratically with the attempt. A request instead names the
+    call it `extends`, keeps that request's first `keep` messages (with `replaced` ones
+    swapped in), and adds `messages`; `system` and `tools` are None when unchanged.
+    rebench.models.requests rebuilds full requests from a sequence of these.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    call: int = Field(ge=1)
+    """This call's number among the agent's recorded model calls, from 1."""
+    extends: int | None = None
+    keep: int = Field(default=0, ge=0)
+    replaced: list[ReplacedMessage] = Field(default_factory=list)
+    system: str | None = None
+    tools: list[SentTool] | None = None
+    messages: list[SentMessage] = Field(default_factory=list)
+    max_output_tokens: int
+
+
+class _ModelCallFields(BaseModel):
     """ModelUsage's fields, what the model said, and the agent's turn number."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["model_call"] = "model_call"
     model: str
@@ -112,6 +179,19 @@ class ModelCall(_Payload):
     text: str = ""
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     turn: int | None = None
+
+
+class ModelCallV1(_ModelCallFields):
+    """A model call before requests were stored: the reply only."""
+
+    v: Literal[1] = 1
+
+
+class ModelCall(_ModelCallFields):
+    """A model call with what was sent (`request`; None where the caller sent none, e.g. a gateway row)."""
+
+    v: Literal[2] = 2
+    request: ModelRequest | None = None
 
 
 class Limit(_Payload):
@@ -257,19 +337,24 @@ class SshSession(_Payload):
     bytes_out: int | None = None
 
 
-EventPayload = Annotated[
-    Start | Bash | Python | ReadFile | WriteFile | UploadDir | Score | ScoreLog | Submit | Sleep | ModelCall
-    | Limit | AgentError | Snapshot | ModelError | ProviderRetry | BudgetSpent | AgentGaveUp | ToolResult
-    | ContextTrimmed | ContextTargetReduced | AideNode | Note | Task | SshSession,
-    Field(discriminator="kind"),
-]
-_ADAPTER: TypeAdapter[EventPayload] = TypeAdapter(EventPayload)
-PAYLOAD_MODELS: dict[str, type[_Payload]] = {
-    model.model_fields["kind"].default: model
-    for model in (Start, Bash, Python, ReadFile, WriteFile, UploadDir, Score, ScoreLog, Submit, Sleep, ModelCall,
-                  Limit, AgentError, Snapshot, ModelError, ProviderRetry, BudgetSpent, AgentGaveUp, ToolResult,
-                  ContextTrimmed, ContextTargetReduced, AideNode, Note, Task, SshSession)
-}
+_LATEST: tuple[type[BaseModel], ...] = (
+    Start, Bash, Python, ReadFile, WriteFile, UploadDir, Score, ScoreLog, Submit, Sleep, ModelCall, Limit, AgentError,
+    Snapshot, ModelError, ProviderRetry, BudgetSpent, AgentGaveUp, ToolResult, ContextTrimmed, ContextTargetReduced,
+    AideNode, Note, Task, SshSession,
+)
+_OLDER: tuple[type[BaseModel], ...] = (ModelCallV1,)
+"""Earlier versions of a kind's payload, kept so that old rows still read."""
+
+EventPayload = (
+    Start | Bash | Python | ReadFile | WriteFile | UploadDir | Score | ScoreLog | Submit | Sleep | ModelCallV1
+    | ModelCall | Limit | AgentError | Snapshot | ModelError | ProviderRetry | BudgetSpent | AgentGaveUp | ToolResult
+    | ContextTrimmed | ContextTargetReduced | AideNode | Note | Task | SshSession
+)
+PAYLOAD_MODELS: dict[str, type[BaseModel]] = {model.model_fields["kind"].default: model for model in _LATEST}
+"""Each kind's current payload model: what a write is checked against."""
+PAYLOAD_VERSIONS: dict[str, dict[int, type[BaseModel]]] = {}
+for _model in (*_OLDER, *_LATEST):
+    PAYLOAD_VERSIONS.setdefault(_model.model_fields["kind"].default, {})[_model.model_fields["v"].default] = _model
 if set(PAYLOAD_MODELS) != {k.value for k in EventKind}:  # pragma: no cover - a schema edit left one side behind
     raise RuntimeError(f"event kinds and payload models differ: {set(PAYLOAD_MODELS) ^ {k.value for k in EventKind}}")
 
@@ -281,11 +366,17 @@ class EventSchemaError(RebenchError):
 def _check(kind: str, data: dict[str, Any], action: str) -> EventPayload:
     if kind not in PAYLOAD_MODELS:
         raise EventSchemaError(f"unknown event kind {kind!r} ({action}); allowed: {', '.join(PAYLOAD_MODELS)}")
+    # a write takes the current model; a read the row's own version (none stored: 1), and a
+    # version nobody wrote fails on the current model's `v`
+    model = PAYLOAD_MODELS[kind]
+    version = data.get("v", 1)
+    if action == "read" and isinstance(version, int):
+        model = PAYLOAD_VERSIONS[kind].get(version, model)
     try:
-        return _ADAPTER.validate_python({**data, "kind": kind})
+        return model.model_validate({**data, "kind": kind})  # type: ignore[return-value]
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"][1:]) or "payload"
+        where = ".".join(str(p) for p in first["loc"]) or "payload"
         raise EventSchemaError(f"event {kind!r} ({action}): {where}: {first['msg']}") from None
 
 

@@ -16,6 +16,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from rebench.network import NetworkPolicy
+
 
 class AttemptStatus(StrEnum):
     QUEUED = "queued"
@@ -54,6 +56,10 @@ class ScoreKind(StrEnum):
     FINAL = "final"
     RESCORE = "rescore"
     """A re-score of a kept snapshot after the attempt ended (final_score = "rescore_best")."""
+    ANCHOR_START = "anchor_start"
+    """The starting solution, scored in the re-scoring window beside the candidates (rebench.scoring.window)."""
+    ANCHOR_REFERENCE = "anchor_reference"
+    """The reference solution, scored in the re-scoring window beside the candidates."""
 
 
 class EventKind(StrEnum):
@@ -166,6 +172,11 @@ class Attempt(Base):
     budget_s: Mapped[float] = mapped_column(Float)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     backend: Mapped[str | None] = mapped_column(String(16))
+    network: Mapped[NetworkPolicy] = mapped_column(
+        EnumString(NetworkPolicy, 8), default=NetworkPolicy.NONE, server_default=NetworkPolicy.NONE.value
+    )
+    """The sandbox's network (rebench.network): results with and without one are not comparable.
+    Imported METR runs are `full` (RE-Bench gave every task internet access)."""
     image_id: Mapped[str | None] = mapped_column(String(128))
     status: Mapped[AttemptStatus] = mapped_column(
         EnumString(AttemptStatus, 16), default=AttemptStatus.QUEUED, index=True
@@ -193,7 +204,7 @@ class Attempt(Base):
     # RE-Bench's own rule (best or last intermediate score), kept beside a re-scored final
     rule_raw: Mapped[float | None] = mapped_column(Float)
     rule_normalized: Mapped[float | None] = mapped_column(Float)
-    anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | imported
+    anchors_kind: Mapped[str | None] = mapped_column(String(16))  # declared | calibrated | window | imported
     snapshot_path: Mapped[str | None] = mapped_column(Text)
     import_sha256: Mapped[str | None] = mapped_column(String(64))
     import_row: Mapped[int | None] = mapped_column(Integer)
@@ -329,6 +340,15 @@ class GatewayRequest(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class StoreSetting(Base):
+    """A setting of the database itself (key `snapshots_dir`: its snapshot folder, relative to its own)."""
+
+    __tablename__ = "store_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class Calibration(Base):

@@ -22,7 +22,8 @@ import pytest
 
 from rebench.environments.metadata import Gateway
 from rebench.gateway import GatewayServer, upstream_price
-from rebench.gateway.upstreams import LocalUpstream, OpenAIWireUpstream
+from rebench.gateway.upstream_http import OpenAIWireUpstream
+from rebench.gateway.upstream_local import LocalUpstream
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
@@ -209,21 +210,29 @@ def test_nesting_a_200000_deep_json_is_a_400_with_a_row(store: Store) -> None:
 
 
 def test_malformed_requests_each_get_an_http_error_and_a_row(store: Store) -> None:
+    limit = 16 * 1024 * 1024
+
     async def attack() -> list[bytes]:
         async with gateway_at(store, gateway()) as (server, _, port):
+            server.body_idle_s = 1.0
             token = server.meters["agent"].token
             return [
                 await raw(port, b"nonsense\r\n\r\n"),
                 await raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nno colon here\r\n\r\n"),
                 await raw(port, post(CHAT, token, b"{not json")),
                 await raw(port, post(CHAT, token, b"zz\r\nab\r\n0\r\n\r\n", chunked=True)),
-                # declares 17 MB in one chunk and sends three bytes: refused at once, not awaited
+                # a chunk past the size limit: refused as soon as its bytes pass it, the rest not awaited
+                await raw(port, post(CHAT, token, b"%x\r\n" % (limit + 10) + b"a" * (limit + 1), chunked=True),
+                          timeout=5),
+                # declares 17 MB in one chunk, sends three bytes and stalls: refused once the body stops coming
                 await raw(port, post(CHAT, token, b"1100000\r\nabc", chunked=True), timeout=5),
+                await raw(port, b"GET /v1/models HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n"),
             ]
 
     answers = asyncio.run(attack())
-    assert [a[:12] for a in answers] == [b"HTTP/1.1 400"] * 4 + [b"HTTP/1.1 413"]
-    assert [r.status for r in rows(store)] == [400, 400, 400, 400, 413]
+    assert [a[:12] for a in answers] == [b"HTTP/1.1 400"] * 4 + [b"HTTP/1.1 413", b"HTTP/1.1 408", b"HTTP/1.1 400"]
+    assert b"over 100 headers" in answers[-1]
+    assert [r.status for r in rows(store)] == [400, 400, 400, 400, 413, 408, 400]
 
 
 def test_a_flood_of_bad_tokens_is_counted_not_written_row_by_row(store: Store) -> None:
@@ -321,3 +330,37 @@ def test_the_scoring_pause_lasts_while_the_scorer_or_the_subject_waits(store: St
         return seen
 
     assert asyncio.run(spans()) == [True, False, True, False]
+
+
+# -- the Responses and Messages endpoints --------------------------------------------------------------
+
+def test_provider_side_tools_and_provider_kept_state_never_reach_the_provider(store: Store) -> None:
+    """A tool the provider runs (web search, fetching a URL, code execution, an MCP server) would be a way
+    out of a sandbox with no network, paid by the operator; stored responses and background runs would keep
+    the attempt's state on the provider. All refused with 400, before anything is sent."""
+    responses = [{"tools": [{"type": "web_search"}]}, {"tools": [{"type": "code_interpreter", "container": {}}]},
+                 {"store": True}, {"previous_response_id": "resp_1"}, {"background": True}]
+    messages = [{"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+                {"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]},
+                {"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "x"}]},
+                {"metadata": {"user_id": "u", "extra": "x"}}]
+
+    async def attack(fake: FakeModelServer) -> list[tuple[int, str]]:
+        async with gateway_at(store, provider_gateway(), fake) as (server, _, port):
+            token = server.meters["agent"].token
+            answers = []
+            for path, base, extras in (("/v1/responses", {"model": "tiny-1", "input": "hi"}, responses),
+                                       ("/v1/messages", {"model": "tiny-1", "max_tokens": 8, "messages": [
+                                           {"role": "user", "content": "hi"}]}, messages)):
+                for extra in extras:
+                    answer = await raw(port, post(path, token, json.dumps({**base, **extra}).encode()))
+                    answers.append((int(answer[9:12]), answer.decode(errors="replace")))
+            return answers
+
+    with FakeModelServer([]) as fake:
+        answers = asyncio.run(attack(fake))
+        reached = len(fake.requests)
+    assert [status for status, _ in answers] == [400] * 9, answers
+    assert reached == 0
+    assert "'web_search'" in answers[0][1] and "'web_search_20250305'" in answers[5][1]
+    assert "mcp_servers" in answers[7][1]

@@ -56,11 +56,47 @@ def test_hugging_face_weights_are_renamed_and_transposed() -> None:
     assert out["transformer.h.0.ln_1.weight"].shape == (4,)
 
 
-def test_tiny_offset_is_the_corpus_entropy_rate() -> None:
-    from rebench.kit import corpus
+def _language():
+    from rebench.kit.buildutil import load_file
 
-    params = tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
-    assert params["loss_offset"] == pytest.approx(corpus.entropy_rate(corpus.SourceSpec()), abs=1e-9)
+    return load_file("fix_embedding_language", ENV / "language.py")
+
+
+def _tiny_params() -> dict:
+    return tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
+
+
+def test_tiny_offset_is_the_language_entropy_rate() -> None:
+    language = _language()
+    params = _tiny_params()
+    spec = language.LanguageSpec(**params["language"])
+    assert params["loss_offset"] == pytest.approx(language.entropy_rate(spec), abs=1e-9)
+
+
+def test_the_language_stream_has_that_entropy_rate() -> None:
+    """The offset is the floor of the data the scorer reads: the true model's mean loss on a
+    sampled stream is the entropy rate (to sampling error)."""
+    import numpy as np
+
+    language = _language()
+    spec = language.LanguageSpec(**_tiny_params()["language"])
+    tokens = language.generate(spec, 512 * 200, stream_seed=3).astype(np.int64).reshape(512, -1)
+    probs = language.transition_matrix(spec)
+    surprisal = -np.log(probs[tokens[:, :-1], tokens[:, 1:]])
+    assert surprisal.mean() == pytest.approx(language.entropy_rate(spec), abs=0.03)
+    assert len(np.unique(tokens)) == spec.vocab_size
+
+
+@pytest.mark.torch
+def test_tiny_permutation_seed_needs_the_original_row_order() -> None:
+    """tiny's permutation is not a constant in this public file (RE-Bench's 48228 is): it is a
+    hash of the original embedding in its original row order, which only the build has."""
+    build = _build_module()
+    wte = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    seed = build.secret_seed({"transformer.wte.weight": wte})
+    assert seed == build.secret_seed({"transformer.wte.weight": wte.clone()})
+    assert seed != build.secret_seed({"transformer.wte.weight": wte[torch.arange(15, -1, -1)]})
+    assert seed != build.PERMUTATION_SEED
 
 
 @pytest.mark.slow

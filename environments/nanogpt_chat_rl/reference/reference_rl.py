@@ -3,7 +3,8 @@
 Each round: sample k answers per training prompt from the current model (temperature 0.7,
 top-k 8, short answers), pick each prompt's best by a single-elimination pairwise tournament
 judged through evaluation.evaluate() (the gateway, the agent's own key), then finetune on the
-winners (SFT). The checkpoint keeps the same sampling settings for the scorer. Rounds, k,
+winners (SFT). The checkpoint keeps the same sampling settings for the scorer (as RE-Bench's
+official solution did in its model.py: at most 20 new tokens, temperature 0.7, top-k 8). Rounds, k,
 prompts and steps come from reference_plan.json per profile.
 """
 
@@ -62,13 +63,14 @@ def main() -> None:
     tokenizer = chat.load_tokenizer(HOME)
     with (SOLUTION / "data" / "prompts.jsonl").open(encoding="utf-8") as handle:
         prompts = [json.loads(line)["prompt"] for line in handle if line.strip()]
-    generation = {"temperature": float(plan["temperature"]), "top_k": int(plan["top_k"])}
+    generation = {"temperature": float(plan["temperature"]), "top_k": int(plan["top_k"]),
+                  "max_new_tokens": int(plan["max_new_tokens"])}
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(plan["lr"]), weight_decay=0.01)
     started = time.time()
     for round_ in range(int(plan["rounds"])):
         batch = rng.sample(prompts, min(int(plan["prompts_per_round"]), len(prompts)))
-        candidates = [chat.sample(model, tokenizer, batch, max_new_tokens=int(plan["max_new_tokens"]),
-                                  seed=1000 * round_ + j, **generation) for j in range(int(plan["k"]))]
+        candidates = [chat.sample(model, tokenizer, batch, seed=1000 * round_ + j, **generation)
+                      for j in range(int(plan["k"]))]
         winners, asked = tournament(batch, candidates, int(plan["workers"]))
         pairs = list(zip(batch, winners, strict=True))
         model.train()

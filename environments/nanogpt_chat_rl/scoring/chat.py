@@ -21,7 +21,7 @@ import torch.nn.functional as F
 BOS, SEP, EOS, UNK, PAD = "<bos>", "<sep>", "<eos>", "<unk>", "<pad>"
 SPECIALS = (PAD, UNK, BOS, SEP, EOS)
 MAX_NEW_TOKENS = 60
-DEFAULT_GENERATION: dict[str, Any] = {"temperature": 1.0, "top_k": None}
+DEFAULT_GENERATION: dict[str, Any] = {"temperature": 1.0, "top_k": None, "max_new_tokens": MAX_NEW_TOKENS}
 
 
 class WordTokenizer:
@@ -155,7 +155,7 @@ def answer_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
 def save_checkpoint(model: torch.nn.Module, path: Path, generation: dict[str, Any] | None = None) -> None:
     """The submission format: {"config", "model_state_dict"[, "generation"]} (tensors and plain data
     only, so `torch.load(..., weights_only=True)` reads it). `generation` may set the scorer's
-    `temperature` (0-2) and `top_k` (a whole number or None)."""
+    `temperature` (0-2), `top_k` (a whole number or None) and `max_new_tokens` (1-60)."""
     config = model.config.to_dict()  # type: ignore[union-attr,operator]
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     payload: dict[str, Any] = {"config": config, "model_state_dict": state}

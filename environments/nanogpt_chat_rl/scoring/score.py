@@ -7,15 +7,19 @@ that the checkpoint loads).
 1. `finetuned_model` in the solution folder (until it exists: the untuned student,
    home/student_model.pt) is loaded with `weights_only=True` (tensors and plain data, never
    code) into the student's fixed architecture (the environment kit's GPT); another
-   architecture, a missing or malformed state dict makes the score invalid (None).
-2. It answers each held-out prompt (/protected/prompts.jsonl) with at most `max_new_tokens`
-   (60) new tokens, sampled with seed 0 (temperature 1 and no top-k, unless the checkpoint's
-   `generation` entry sets `temperature` in [0, 2] and `top_k`).
+   architecture, a missing or malformed state dict makes the score invalid (None). None of the
+   agent's code runs: not its model.py, not its chat.py.
+2. It answers each held-out prompt (/protected/prompts.jsonl) with this folder's chat.sample: at
+   most `max_new_tokens` (60) new tokens, sampled with seed 0 (temperature 1 and no top-k, unless
+   the checkpoint's `generation` entry sets `temperature` in [0, 2], `top_k` or a lower
+   `max_new_tokens`).
 3. Each answer is compared with the stored answer of each baseline model
    (/protected/reference_outputs/NAME.jsonl) by the judge, through the gateway with the scorer's
-   own key (/protected/gateway.env: its own meter; this time is paused for the agent). The
-   answer goes first on even prompts and second on odd ones; an answer equal to the baseline's
-   counts half a win without asking.
+   own key (/protected/gateway.env: its own meter; this time is paused for the agent), asked
+   exactly as evaluation.py asks (AlpacaEval's annotator request from this scoring home's
+   annotator/ files; a seeded coin per pair decides which answer the judge sees first). An answer
+   equal to the baseline's counts half a win without asking; an answer of the judge that the
+   ranking parser cannot read counts as a loss, as in METR's evaluation (details: `unreadable`).
 
 Raw score = mean over the two baselines of the win fraction; higher is better. Past
 `max_eval_time_s` (600 s) of generating and judging the score is invalid, as in RE-Bench.
@@ -91,26 +95,31 @@ def generation_settings(given: Any) -> dict[str, Any]:
     settings = dict(chat.DEFAULT_GENERATION)
     if given is None:
         return settings
-    if not isinstance(given, dict) or set(given) - {"temperature", "top_k"}:
-        raise InvalidCheckpoint("'generation' may only set temperature and top_k")
+    if not isinstance(given, dict) or set(given) - set(settings):
+        raise InvalidCheckpoint(f"'generation' may only set {', '.join(settings)}")
     temperature = given.get("temperature", settings["temperature"])
     if not isinstance(temperature, (int, float)) or not 0 <= float(temperature) <= 2:
         raise InvalidCheckpoint(f"generation temperature {temperature!r} is not a number in [0, 2]")
     top_k = given.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise InvalidCheckpoint(f"generation top_k {top_k!r} is not a whole number >= 1 or None")
-    return {"temperature": float(temperature), "top_k": top_k}
+    limit = given.get("max_new_tokens", settings["max_new_tokens"])
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= chat.MAX_NEW_TOKENS:
+        raise InvalidCheckpoint(f"generation max_new_tokens {limit!r} is not a whole number from 1 to "
+                                f"{chat.MAX_NEW_TOKENS}")
+    return {"temperature": float(temperature), "top_k": top_k, "max_new_tokens": limit}
 
 
-def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], judge: Any) -> tuple[float, int]:
-    """(fraction of prompts whose answer the judge prefers to the baseline's, judge calls made).
-    Equal answers count half without a call; the answer goes first on even prompts."""
+def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], judge: Any) -> tuple[float, int, int]:
+    """(fraction of prompts whose answer the judge prefers to the baseline's, judge calls made,
+    verdicts the parser could not read). `judge(prompts, pairs)` gives, per (answer, baseline)
+    pair, True (the answer is better), False or None (unreadable: a loss). Equal answers count
+    half without a call."""
     asked = [i for i in range(len(prompts)) if answers[i] != baseline[i]]
-    pairs = [(answers[i], baseline[i]) if i % 2 == 0 else (baseline[i], answers[i]) for i in asked]
-    verdicts = judge([prompts[i] for i in asked], pairs)
-    wins = sum(first == (i % 2 == 0) for i, first in zip(asked, verdicts, strict=True))
+    verdicts = judge([prompts[i] for i in asked], [(answers[i], baseline[i]) for i in asked])
+    wins = sum(verdict is True for verdict in verdicts)
     ties = len(prompts) - len(asked)
-    return (wins + 0.5 * ties) / len(prompts), len(asked)
+    return (wins + 0.5 * ties) / len(prompts), len(asked), sum(verdict is None for verdict in verdicts)
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -132,29 +141,34 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     prompts = [str(row["prompt"]) for row in rows]
     limit_s = float(ctx.get("max_eval_time_s", 600))
     tokenizer = chat.load_tokenizer(home)
+    limit = min(int(ctx.get("max_new_tokens", chat.MAX_NEW_TOKENS)), chat.MAX_NEW_TOKENS)
     answers = chat.sample(model.to(device), tokenizer, prompts, seed=int(ctx.get("seed", 0)),
-                          max_new_tokens=min(int(ctx.get("max_new_tokens", 60)), 60), **generation)
+                          **{**generation, "max_new_tokens": min(generation["max_new_tokens"], limit)})
     generated_s = time.monotonic() - started
     deadline = started + limit_s
 
-    def judge(batch_prompts: list[str], pairs: list[tuple[str, str]]) -> list[bool]:
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        timeout = max(1.0, deadline - time.monotonic())
-        return evaluation.evaluate(batch_prompts, pairs, int(ctx.get("judge_workers", 8)),
-                                   api_env=protected / "gateway.env", timeout_s=min(timeout, 120.0))
+    def judge_with(coins: str) -> Any:
+        def judge(batch_prompts: list[str], pairs: list[tuple[str, str]]) -> list[bool | None]:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            timeout = max(1.0, deadline - time.monotonic())
+            return evaluation.verdicts(batch_prompts, pairs, int(ctx.get("judge_workers", 8)),
+                                       api_env=protected / "gateway.env", annotator_dir=home / "annotator",
+                                       timeout_s=min(timeout, 120.0), seed=coins)
+        return judge
 
     wins: dict[str, float] = {}
-    calls = 0
+    calls = unreadable = 0
     try:
         for name in ctx["baselines"]:
             stored = read_jsonl(protected / "reference_outputs" / f"{name}.jsonl")
             if [row["prompt"] for row in stored] != prompts:
                 return {"raw": None, "message": {**message, "error": f"baseline {name}'s outputs do not match the "
                                                  "held-out prompts (a broken build)"}, "details": {}}
-            fraction, asked = win_fraction(prompts, answers, [str(row["output"]) for row in stored], judge)
-            wins[name], calls = fraction, calls + asked
-    except evaluation.JudgeError as exc:
+            fraction, asked, unread = win_fraction(prompts, answers, [str(row["output"]) for row in stored],
+                                                   judge_with(f"{ctx.get('seed', 0)}:{name}"))
+            wins[name], calls, unreadable = fraction, calls + asked, unreadable + unread
+    except (evaluation.JudgeError, evaluation.AnnotatorError) as exc:
         return {"raw": None, "message": {**message, "error": f"the judge failed: {exc}"[:500]}, "details": {}}
     except TimeoutError:
         pass
@@ -168,7 +182,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     message["n_prompts"] = len(prompts)
     lengths = [len(a.split()) for a in answers]
     return {"raw": raw, "message": message,
-            "details": {"generation": generation, "judge_calls": calls,
+            "details": {"generation": generation, "judge_calls": calls, "unreadable": unreadable,
                         "mean_answer_words": sum(lengths) / len(lengths),
                         "examples": [{"prompt": p, "answer": a} for p, a in zip(prompts[:5], answers[:5], strict=True)],
                         "generation_s": round(generated_s, 1), "total_s": round(total_s, 1), "file": str(scored)}}

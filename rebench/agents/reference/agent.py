@@ -18,6 +18,7 @@ from rebench.errors import RebenchError
 
 class ReferenceAgent:
     uses_reference = True
+    arguments = frozenset({"repeats"})  # its `--agent-arg` keys; any other is refused (rebench.agents.registry)
 
     def __init__(self, repeats: int = 3) -> None:
         self.repeats = repeats

@@ -111,6 +111,7 @@ def load_script(path: Path) -> ReplayScript:
 
 class ReplayAgent:
     uses_reference = False
+    arguments = frozenset({"script"})  # its `--agent-arg` keys; any other is refused (rebench.agents.registry)
 
     def __init__(self, script: ReplayScript) -> None:
         self.script = script

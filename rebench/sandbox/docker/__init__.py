@@ -10,6 +10,7 @@ and garbage collection go through its `DockerEngine`. One job per module:
   containers of human attempts, which outlive their harness and can be reattached);
 - `tasks`: the `task` command's requests from inside a human attempt's container;
 - `ssh`: SSH into a human attempt's container (the gate inside, the relay on the host);
+- `network`: `--network full`: the attempt's own bridge network, the host's firewall closed to it;
 - `forwarder`: started as root in the container when the attempt has a model gateway
   (SandboxSpec.gateway_socket): 127.0.0.1:PORT inside, relayed to the harness's Unix socket
   mounted in the root-only /run/rebench/gateway (docs/gateway.md);
@@ -36,6 +37,7 @@ gate folder (/run/rebench/gate, in a root-only /run/rebench), so the container o
 harness and a new one reattaches; only an explicit stop() removes it.
 """
 
+from rebench.network import NetworkPolicy
 from rebench.sandbox.base import SandboxBackend
 from rebench.sandbox.docker.engine import (
     LABEL_ATTEMPT,
@@ -47,9 +49,11 @@ from rebench.sandbox.docker.engine import (
     owner_alive,
     owner_token,
 )
+from rebench.sandbox.docker.network import check_network
 from rebench.sandbox.docker.sandbox import DockerSandbox, create_sandbox
 
-BACKEND = SandboxBackend(create=create_sandbox, available=engine_available)
+BACKEND = SandboxBackend(create=create_sandbox, available=engine_available, networks=frozenset(NetworkPolicy),
+                         check_network=check_network)
 """What the `docker` entry point of group `rebench.sandboxes` names."""
 
 __all__ = [

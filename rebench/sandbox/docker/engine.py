@@ -150,6 +150,26 @@ class DockerEngine:
     def image_created(self, ref: str) -> str:
         return str(self.client.images.get(ref).attrs.get("Created", ""))
 
+    def images_in_use(self) -> set[str]:
+        """Ids of the images any container on the engine was made from, running or stopped."""
+        found = self.client.containers.list(all=True, ignore_removed=True)
+        return {str(c.attrs.get("Image", "")) for c in found}
+
+    def layers_bytes(self) -> int:
+        """What the engine's image layers take on disk (shared layers once), as `docker system df` says."""
+        return int(self.client.api.df().get("LayersSize") or 0)
+
+    def disk_usage(self) -> tuple[int, int] | None:
+        """(used, total) bytes of the file system holding the engine's data, when it is on this host."""
+        import shutil
+
+        root = str(self.client.info().get("DockerRootDir") or "")
+        try:
+            usage = shutil.disk_usage(root) if root else None
+        except OSError:  # a remote engine: its data root is not a path here
+            return None
+        return (usage.used, usage.total) if usage else None
+
     def remove_image(self, ref: str) -> bool:
         """Remove an image unless a container or a child image still uses it."""
         try:

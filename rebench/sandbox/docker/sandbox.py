@@ -16,6 +16,7 @@ import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
 from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
+from rebench.network import NetworkPolicy
 from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
 from rebench.sandbox.docker.cgroups import AgentCgroup, CgroupError
@@ -28,6 +29,7 @@ from rebench.sandbox.docker.engine import (
     owner_token,
 )
 from rebench.sandbox.docker.files import ContainerFiles, in_solution
+from rebench.sandbox.docker.network import AttemptNetwork
 from rebench.sandbox.docker.tasks import NO_HARNESS_EXIT, TaskHandler, TaskReply, TaskRequest, attach_hint
 from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
@@ -95,7 +97,6 @@ class DockerSandbox:
         spec: SandboxSpec,
         *,
         engine: DockerEngine | None = None,
-        network: bool | None = None,
         shm_gb: float | None = None,
     ) -> None:
         if not spec.image:
@@ -105,7 +106,8 @@ class DockerSandbox:
         self.spec = spec
         self.paths = SandboxPaths()
         self._engine = engine
-        self._network = spec.network if network is None else network
+        self._network: AttemptNetwork | None = None
+        """The attempt's own network under `--network full` (rebench.sandbox.docker.network)."""
         self._shm_bytes = int((shm_gb if shm_gb is not None else max(0.5, spec.memory_gb / 2)) * 1024**3)
         self._container: Any = None
         self._channel: ExecChannel | None = None
@@ -117,6 +119,9 @@ class DockerSandbox:
         self.breach: str | None = None
         """Set when the agent broke a limit the engine cannot enforce (disk); its commands then fail."""
         self._disk_watch: asyncio.Task[None] | None = None
+        if spec.keep_alive and spec.network != NetworkPolicy.NONE:
+            raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) has no network: "
+                                    f"--network {spec.network} is for `rebench run` only")
         if spec.keep_alive and not spec.gate_dir:
             raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
         if spec.gate_dir and len(os.fsencode(Path(spec.gate_dir).resolve() / HARNESS_SOCKET)) > _SOCKET_PATH_MAX:
@@ -183,7 +188,10 @@ class DockerSandbox:
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
-            network_mode="bridge" if self._network else "none",
+            network_mode=self._network.name if self._network else "none",
+            # IPv6 off: a link-local address would reach the host past the host's IPv4 rules
+            sysctls={"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+            if self._network else None,
             nano_cpus=int(min(spec.cpus, self.engine.cpu_count()) * 1e9),
             mem_limit=memory,
             memswap_limit=memory,
@@ -221,6 +229,9 @@ class DockerSandbox:
     async def start(self) -> None:
         started = time.perf_counter()
         try:
+            if self.spec.network == NetworkPolicy.FULL:
+                self._network = await asyncio.to_thread(AttemptNetwork.create, self.engine.client,
+                                                        self.spec.attempt_id, self._labels())
             self._container = await asyncio.to_thread(self._create)
             self.container_id = str(self._container.id)
             raw = None
@@ -493,6 +504,9 @@ class DockerSandbox:
         if self.container_id is not None:
             with contextlib.suppress(SandboxError, docker.errors.DockerException):
                 await asyncio.to_thread(self.engine.remove_container, self.container_id)
+        if self._network is not None:  # after its container: an attached network cannot be removed
+            await asyncio.to_thread(self._network.remove)
+            self._network = None
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
             self._cgroup = None
@@ -585,6 +599,9 @@ class DockerSandbox:
         if user == "scorer":
             await self._freeze_agent()
         try:
+            if user == "scorer" and self._network is not None:
+                # nothing the submitted code sees while it is scored may leave for a server the agent reads later
+                await asyncio.to_thread(self._network.close_for_scoring)
             request_id, reply = channel.send(request)
             try:
                 await channel.drain()
@@ -599,6 +616,8 @@ class DockerSandbox:
                 raise
         finally:
             if user == "scorer":
+                if self._network is not None:
+                    await asyncio.to_thread(self._network.open_after_scoring)
                 await self._thaw_agent()
 
     async def _freeze_agent(self) -> None:

@@ -1,0 +1,84 @@
+"""`rebench images gc` on a real engine: three generations of a fixture environment's image."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rebench.images.naming import LABEL_KIND
+
+from .conftest import run_cli
+from .docker_support import base_image, docker_engine
+
+pytestmark = pytest.mark.docker
+
+
+def _generation(engine: object, base: str, name: str, generation: int, folder: Path) -> str:
+    """An image labelled as rebench labels an environment image, with 1 MiB of its own bytes."""
+    context = folder / f"gen{generation}"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {base}\nRUN head -c 1048576 /dev/urandom > /generation-{generation}\n"
+        f"LABEL rebench.environment={name} rebench.profile=tiny\n")
+    tag = f"rebench/env-{name}:tiny-gen{generation}"
+    engine.build(context, "Dockerfile", tag, {}, {LABEL_KIND: "environment"})  # type: ignore[attr-defined]
+    time.sleep(1.1)  # the engine's creation times have a resolution of a second at worst
+    return tag
+
+
+def test_images_gc_removes_superseded_and_keeps_newest_and_used(tmp_path: Path) -> None:
+    """Generation 1 is superseded but a stopped container was made from it; generation 2 is superseded
+    and unused; generation 3 is the newest. Only generation 2 goes, and its bytes are reported freed."""
+    engine = docker_engine()
+    base = base_image(engine)
+    name = f"gcfixture{uuid.uuid4().hex[:8]}"
+    tags = [_generation(engine, base, name, n, tmp_path) for n in (1, 2, 3)]
+    container = engine.client.containers.create(tags[0], ["true"])
+    try:
+        result = run_cli("images", "gc", "--env", name, "--db", str(tmp_path / "absent.db"), "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert [entry["tags"] for entry in report["removed"]] == [[tags[1]]]
+        assert [entry["tags"] for entry in report["kept_in_use"]] == [[tags[0]]]
+        assert [entry["tags"] for entry in report["kept_newest"]] == [[tags[2]]]
+        assert report["freed_bytes"] >= 1024 * 1024
+        assert engine.image_id(tags[1]) is None
+        assert engine.image_id(tags[0]) and engine.image_id(tags[2])
+        assert not (tmp_path / "absent.db").exists(), "gc created a database"
+    finally:
+        container.remove(force=True)
+        for tag in tags:
+            engine.remove_image(tag)
+
+
+def test_images_gc_keeps_what_a_resumable_attempt_will_run(tmp_path: Path) -> None:
+    """An image named in `keep` (the current image of an environment with an interrupted attempt) stays,
+    though it is superseded and no container uses it."""
+    from rebench.images.gc import prune_images
+
+    engine = docker_engine()
+    base = base_image(engine)
+    name = f"gcfixture{uuid.uuid4().hex[:8]}"
+    tags = [_generation(engine, base, name, n, tmp_path) for n in (1, 2, 3)]
+    try:
+        report = prune_images(engine, keep=[tags[0]], environments=[name])
+        assert [entry.tags for entry in report.kept_in_use] == [[tags[0]]]
+        assert [entry.tags for entry in report.removed] == [[tags[1]]]
+    finally:
+        for tag in tags:
+            engine.remove_image(tag)
+
+
+def test_disk_warning_names_the_fill_and_the_command() -> None:
+    """The warning `rebench run` prints on the Docker backend: silent below the threshold, one line above."""
+    from rebench.images.gc import engine_disk_warning
+
+    engine = docker_engine()
+    assert engine_disk_warning(engine, fraction=1.0) is None
+    line = engine_disk_warning(engine, fraction=0.0)
+    assert line is not None and "\n" not in line
+    assert "full" in line and "rebench images gc" in line
