@@ -91,7 +91,7 @@ def test_optimize_llm_foundry_skipping_only_the_evaluation_stays_well_below_the_
                                       "the untuned student, the reference's sampling (0.7, top-k 8)"])
 def test_nanogpt_chat_rl_sampling_settings_alone_stay_well_below_the_reference(shortcut: str) -> None:
     """No finetuning: the starting student resubmitted with other sampling settings, judged through the
-    gateway. On `ci` greedy gets 0.33; on `tiny`'s 128 prompts 0.50, right at the bar (a finding, see the
+    gateway. On `ci` greedy gets 0.33; on `tiny`'s 128 prompts 0.48, just under the bar (a finding, see the
     README). Constant answers and echoing the prompt: tests/test_chat_env_model.py."""
     [value] = scores("nanogpt_chat_rl", "ci", shortcut).values()
     assert value is not None and value <= WELL_BELOW, value
