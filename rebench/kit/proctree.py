@@ -192,13 +192,31 @@ class ProcessTree:
         _set_child_subreaper(self._subreaper_before)
 
 
-def charged_ms(timer: str, wall_s: float, cpu_s: float, cores: int) -> float:
-    """Milliseconds charged: wall time, or CPU time floored by wall time per usable core."""
+def charged_ms(timer: str, wall_s: float, cpu_s: float, cores: int, queued_s: float = 0.0) -> float:
+    """Milliseconds charged: wall time, or CPU time floored by wall time per usable core.
+
+    `queued_s`: how long the thread that ran the call waited for a CPU while it was ready to run
+    (`runqueue_wait_s`), which the floor leaves out. On a busy machine that wait is other
+    processes' use of the cores, not work the solution moved elsewhere: without it the floor, not
+    the CPU time, sets the charge once the load passes the cores, and the score follows the load.
+    Time the thread spent blocked (sleeping, waiting on another process or the kernel) stays in."""
     if timer == "wall":
         return wall_s * 1000
     if timer == "cpu":
-        return max(cpu_s, wall_s / cores) * 1000
+        return max(cpu_s, max(wall_s - queued_s, 0.0) / cores) * 1000
     raise ValueError(f"unknown timer {timer!r}; allowed: 'wall', 'cpu'")
+
+
+def runqueue_wait_s(pid: int, tid: int) -> float | None:
+    """Seconds thread `tid` of `pid` has spent ready to run but waiting for a CPU (the kernel's
+    schedstat run_delay); None where the kernel does not report it. The kernel keeps it: the
+    thread can make it grow only by being ready while the cores are busy (with its own charged
+    threads or with other processes), never by moving work off its CPU."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # -- the SIGCHLD guard (seccomp) -------------------------------------------------------------------

@@ -61,7 +61,8 @@ def main():
     import torch
 
     cuda = device.startswith("cuda")
-    send({"started": True, "sigchld_guard": guard})
+    # this thread runs every call: the scorer reads how long it waited for a CPU (not yet the solution's code)
+    send({"started": True, "sigchld_guard": guard, "pid": os.getpid()})
     prefix_sum = _do_nothing
     imported = False
 

@@ -19,7 +19,10 @@ only after the clock has started, and the call is charged until its answer has
 been copied out; with `timer = "cpu"` it is charged the CPU time of the child and
 of every process descended from it (this process is a child subreaper, so helpers
 that double-fork or start their own session stay in that tree), but never less
-than the wall time divided by the cores the scorer may use. Every process of the
+than the wall time divided by the cores the scorer may use, where the wall time
+leaves out what the calling thread spent waiting for a CPU held by other processes
+(proctree.charged_ms: on a busy machine that floor would otherwise follow the load).
+Every process of the
 solution is killed when scoring ends.
 
 Before the solution is imported, a do-nothing prefix_sum in the child is timed along the
@@ -43,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from rebench.kit.confined import ChildFailed, ChildTimeout, ConfinedChild
-from rebench.kit.proctree import ProcessTree, charged_ms, usable_cores
+from rebench.kit.proctree import ProcessTree, charged_ms, runqueue_wait_s, usable_cores
 
 
 def reference_prefix_sum(x: np.ndarray) -> np.ndarray:
@@ -116,9 +119,15 @@ class KernelWorker:
             self._release()
             raise
         self.overhead_ms: list[float] = []
+        self._caller: int | None = None
+        self.last_queued_s = 0.0
+        """How long the call's thread waited for a CPU during the last call (charged_ms leaves it out)."""
         try:
             started = self.child.receive(60.0)
             self.sigchld_guard = str(started.get("sigchld_guard", "unknown"))
+            # sent before the solution is imported; still only used if it is a process of the tree
+            reported = started.get("pid")
+            self._caller = reported if isinstance(reported, int) and reported in self.tree.pids() else None
             if overhead_calls > 0:
                 self._measure_overhead(capacity, overhead_calls, limit_s, timer)
             self.child.send({"import": True})
@@ -139,7 +148,7 @@ class KernelWorker:
         for index in range(calls + 1):
             _, _, wall_s, cpu_s = self.call(x, limit_s, timer)
             if index:
-                self.overhead_ms.append(call_ms(timer, wall_s, cpu_s, cores))
+                self.overhead_ms.append(call_ms(timer, wall_s, cpu_s, cores, self.last_queued_s))
 
     def _expect(self, key: str, timeout_s: float) -> dict[str, Any]:
         reply = self.child.receive(timeout_s)
@@ -184,12 +193,19 @@ class KernelWorker:
             wall_s = returned - started if timer == "wall" else answered - started
             return actual, problem, wall_s, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
         cpu_before = self.tree.cpu_seconds()
+        queued_before = self._queued()
         started = _perf_counter()
         np.frombuffer(self._input, dtype=np.int32, count=n)[:] = x
         self.child.send({"run": n})
         actual, problem = self._answer(n, limit_s)
         answered = _perf_counter()
+        queued_after = self._queued()
+        self.last_queued_s = (queued_after - queued_before
+                              if queued_before is not None and queued_after is not None else 0.0)
         return actual, problem, answered - started, self.tree.cpu_spent(cpu_before, self.tree.cpu_seconds())
+
+    def _queued(self) -> float | None:
+        return runqueue_wait_s(self._caller, self._caller) if self._caller is not None else None
 
     def close(self) -> None:
         """End the child (killing it if it does not stop: a timed-out call may still run), then
@@ -233,12 +249,14 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
             return {"raw": None, "message": {"correct": False, "error": f"length {check_n}: {problem}"}}
         for _ in range(int(ctx["warmup_calls"])):
             worker.call(random_input(n, generator), limit, timer)
-        times_ms = []
+        times_ms: list[float] = []
+        queued_ms: list[float] = []  # each timed call's wait for a CPU, which the CPU timer's floor leaves out
         for _ in range(int(ctx["timed_calls"])):
             x = random_input(n, generator)
             expected = reference_prefix_sum(x)
             actual, problem, wall_s, cpu_s = worker.call(x, limit, timer)
-            times_ms.append(call_ms(timer, wall_s, cpu_s, cores))
+            times_ms.append(call_ms(timer, wall_s, cpu_s, cores, worker.last_queued_s))
+            queued_ms.append(round(worker.last_queued_s * 1000, 3))
             if actual is not None:
                 problem = check_output(expected, actual)
             if problem:
@@ -257,7 +275,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     return {
         "raw": math.log(ms),
         "message": message,
-        "details": {"times_ms": times_ms, "harness_overhead_ms": overhead_ms, "overhead_times_ms": worker.overhead_ms,
+        "details": {"times_ms": times_ms, "queued_ms": queued_ms,
+                    "harness_overhead_ms": overhead_ms, "overhead_times_ms": worker.overhead_ms,
                     "n_elements": n, "timer": timer, "cores": cores,
                     "solution_confined": worker.child.confined, "sigchld_guard": worker.sigchld_guard,
                     "processes": worker.tree.largest, "leftover_processes_killed": worker.leftovers_killed,

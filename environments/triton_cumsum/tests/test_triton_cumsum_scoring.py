@@ -460,3 +460,48 @@ def test_the_harness_overhead_is_timed_before_the_solution_is_imported_and_repor
     assert len(result["details"]["overhead_times_ms"]) == 3
     assert 0 < overhead < 150, result["details"]  # none of the solution's 300 ms delays
     assert result["details"]["times_ms"][0] >= 300, result["details"]  # while its calls pay them
+
+
+def test_the_cpu_timers_floor_leaves_out_time_spent_waiting_for_a_core() -> None:
+    """Load from other processes stretches the wall time while the calling thread waits for a core:
+    that wait is not the solution's, so the floor leaves it out and the CPU time is charged."""
+    # 3 busy processes on 2 cores: a 25 ms call of 10 ms CPU, 20 ms of it queued behind them
+    assert score.call_ms("cpu", 0.025, 0.010, 2) == pytest.approx(12.5)  # the floor, without the wait
+    assert score.call_ms("cpu", 0.025, 0.010, 2, 0.020) == pytest.approx(10.0)
+    # time blocked (asleep, or waiting on work elsewhere) is not queued time and stays in the floor
+    assert score.call_ms("cpu", 0.060, 0.001, 2, 0.0) == pytest.approx(30.0)
+
+
+@pytest.mark.torch
+def test_the_calling_threads_wait_for_a_core_is_measured_under_load(tmp_path: Path) -> None:
+    """A real scoring run beside two spinning processes pinned to the solution's core: the calling
+    thread's queued time is read from the kernel and the charge stays near the call's CPU time."""
+    import multiprocessing
+    import os
+
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"):
+        pytest.skip("this kernel does not report schedstat")  # CI's kernel does
+    core = sorted(os.sched_getaffinity(0))[0]
+    busy = [multiprocessing.Process(target=_spin, args=(core,), daemon=True) for _ in range(2)]
+    before = os.sched_getaffinity(0)
+    for process in busy:
+        process.start()
+    os.sched_setaffinity(0, {core})
+    try:
+        start = (Path(score.__file__).resolve().parents[1] / "workspace" / "solution.py").read_text()
+        result = score.score(_ctx(tmp_path, start, n_elements=200_000, timed_calls=5, timer="cpu"))
+    finally:
+        os.sched_setaffinity(0, before)
+        for process in busy:
+            process.kill()
+    assert result["raw"] is not None, result
+    queued = result["details"]["queued_ms"]
+    assert len(queued) == 5 and sum(queued) > 0, queued
+
+
+def _spin(core: int) -> None:
+    import os
+
+    os.sched_setaffinity(0, {core})
+    while True:
+        pass
