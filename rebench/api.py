@@ -51,7 +51,6 @@ from rebench.campaign import CampaignSpec
 from rebench.runner import AttemptOutcome
 
 if TYPE_CHECKING:
-    from rebench.calibration import ResolvedAnchors
     from rebench.campaign import CampaignRunner
     from rebench.environments.registry import Environment
     from rebench.human.service import HumanAttemptInfo, HumanStart
@@ -59,6 +58,7 @@ if TYPE_CHECKING:
     from rebench.report.compute import Report
     from rebench.report.importer import ImportSummary
     from rebench.runner import AttemptRunner
+    from rebench.scoring.normalize import ResolvedAnchors
     from rebench.store.db import Store
 
 __all__ = [

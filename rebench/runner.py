@@ -29,7 +29,7 @@ from rebench.clock import AttemptClock, PauseInterval
 from rebench.context import AttemptContext, AttemptRecorder
 from rebench.environments.build import assets_dir
 from rebench.environments.install import install_environment
-from rebench.environments.metadata import Profile
+from rebench.environments.metadata import Profile, final_rule_sentence
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.gateway.attempt import AttemptGateway
@@ -44,7 +44,6 @@ from rebench.scoring.rescore import (
     RescoreSummary,
     ScoreSnapshots,
     final_candidate,
-    final_rule_sentence,
     rescore,
 )
 from rebench.scoring.run import run_scoring

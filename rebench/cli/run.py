@@ -79,7 +79,7 @@ def run_command(
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
-    from rebench.scheduler.inventory import parse_gpus
+    from rebench.gpus import parse_gpus
     from rebench.scheduler.progress_lines import progress_every as every
     from rebench.scheduler.view import CampaignLive
 

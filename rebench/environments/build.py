@@ -22,8 +22,8 @@ from filelock import FileLock
 from rebench.environments import assets as operator_assets
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.harness_files import harness_folder
 from rebench.paths import cache_dir
-from rebench.scoring.harness_files import harness_folder
 
 Log = Callable[[str], None]
 

@@ -35,11 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from rebench.environments.metadata import METADATA_FILE, EnvironmentMetadata, Profile, load_metadata
+from rebench.environments.metadata import (
+    METADATA_FILE,
+    EnvironmentMetadata,
+    Profile,
+    final_rule_sentence,
+    load_metadata,
+)
 from rebench.errors import ConfigError, EnvironmentNotFound
+from rebench.harness_files import kit_version
 from rebench.resources import environments_dir
 from rebench.sandbox.base import SandboxPaths
-from rebench.scoring.harness_files import kit_version
 
 _HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
 
@@ -125,8 +131,6 @@ class Environment:
     def instructions(self, profile: str, paths: SandboxPaths, *, final_rule: str | None = None) -> str:
         """The agent-facing task text with profile values and paths filled in; `final_rule_text`
         says how the final score is taken (the profile's rule unless the run chose another)."""
-        from rebench.scoring.rescore import final_rule_sentence
-
         source = self.root / "instructions.md"
         if not source.is_file():
             raise ConfigError(f"{self.root}: instructions.md is missing")

@@ -138,13 +138,19 @@ def _check_docker(backend: str, env_name: str, profile: str) -> None:
 def _calibrate_if_needed(store: Store, env: Environment, profile: str) -> None:
     """A timing profile is normalized with this machine's anchors, for experts as for agents: on a
     machine without them, measure them first, as `rebench run` does (before any row is written)."""
-    from rebench import api
-    from rebench.calibration import resolve_anchors
+    from rebench.calibration import calibration_repeats, measure_anchors, resolve_anchors, save_calibration
+    from rebench.preflight import check
 
     if env.profile(profile).hardware_dependent and resolve_anchors(store, env, profile).kind == "declared":
         print(f"{env.name} scores are timings and this machine has no calibration: measuring the starting "
               "and reference solutions first", file=sys.stderr, flush=True)
-        api.calibrate(env, profile, backend="docker", db=store, build=False)
+        # what `rebench.api.calibrate(env, profile, backend="docker", build=False)` does, called here
+        # directly: the API sits above this layer
+        check(env, profile, "calibrate", backend="docker")
+        start, reference = asyncio.run(measure_anchors(env, profile, backend="docker",
+                                                       repeats=calibration_repeats(env, profile, None),
+                                                       log=lambda _line: None))
+        save_calibration(store, env, profile, start, reference)
 
 
 def plan_human(store: Store, *, environment: str, profile: str, budget: str, name: str, key: Path,

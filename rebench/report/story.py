@@ -20,12 +20,11 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rebench.calibration import ResolvedAnchors
 from rebench.export.inspect_log import log_name
 from rebench.report.data import HUMAN_AGENT, Normalizer, RunRecord, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.tree import SolutionTree, load_tree, tree_html
-from rebench.scoring.normalize import normalize
+from rebench.scoring.normalize import ResolvedAnchors, normalize
 from rebench.store import Attempt, ScoreEvent, Store
 from rebench.store.models import Campaign, Event, Pause
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from rebench.environments.build import local_python
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError, SandboxError
+from rebench.harness_files import install_harness
 from rebench.paths import cache_dir
 from rebench.sandbox.agent_files import local_read, local_unpack, local_write, pack_folder
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
-from rebench.scoring.harness_files import install_harness
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
