@@ -161,7 +161,7 @@ async def scoring_sandbox(env: Environment, profile: str, backend: str
     from rebench.environments.install import install_environment
     from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import SandboxSpec
-    from rebench.sandbox.factory import create_sandbox
+    from rebench.sandboxes import create_sandbox
 
     spec_profile = env.profile(profile)
     spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,

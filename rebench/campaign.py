@@ -25,7 +25,7 @@ from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
-from rebench.sandbox.factory import create_sandbox
+from rebench.sandboxes import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
 from rebench.scheduler.leases import pid_alive as pid_alive  # rebench.human imports it from here
 from rebench.scheduler.queue import run_campaign_queue

@@ -35,8 +35,8 @@ from rebench.errors import SandboxError
 from rebench.gateway.attempt import AttemptGateway
 from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.sandbox.base import Sandbox, SandboxSpec
-from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
+from rebench.sandboxes import create_sandbox
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.rescore import (
     RULE_ONLY,

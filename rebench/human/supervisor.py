@@ -224,8 +224,10 @@ async def _heartbeat(store: Store, attempt_id: int) -> None:
 def _reattacher(env: Any, container_id: str) -> Callable[[SandboxSpec], Any]:
     async def reattach(spec: SandboxSpec) -> Sandbox:
         from rebench.sandbox.docker import sandbox as docker_sandbox
+        from rebench.sandboxes import resolve_spec
 
-        fresh = docker_sandbox.create_sandbox(spec, env)  # the image this checkout runs the environment in
+        # the image this checkout runs the environment in
+        fresh = docker_sandbox.create_sandbox(resolve_spec("docker", spec, env), env)
         return await docker_sandbox.DockerSandbox.reattach(fresh.spec, container_id, engine=fresh.engine)
 
     return reattach

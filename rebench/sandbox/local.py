@@ -26,8 +26,6 @@ import time
 import uuid
 from pathlib import Path
 
-from rebench.environments.build import local_python
-from rebench.environments.registry import Environment
 from rebench.errors import RebenchError, SandboxError
 from rebench.harness_files import install_harness
 from rebench.paths import cache_dir
@@ -384,15 +382,19 @@ class LocalSandbox:
         self._started = False
 
 
-def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
-    """A fresh attempt folder under the cache, running the environment's local python."""
+def create_sandbox(spec: SandboxSpec, env: object = None) -> LocalSandbox:
+    """A fresh attempt folder under the cache, running the environment's local python
+    (`spec.python`, which rebench.sandboxes resolves from the environment's build)."""
     if spec.keep_alive:
         raise RebenchError("the local backend cannot run human attempts: it isolates nothing from the expert; "
                            "use the docker backend")
+    if spec.python is None:
+        raise RebenchError(f"no python for environment {spec.environment!r} ({spec.profile}): "
+                           "create local sandboxes through rebench.sandboxes.create_sandbox")
     work = cache_dir() / "work"
     work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
-    return LocalSandbox(spec, root, python=str(local_python(env, spec.profile, build=False)))
+    return LocalSandbox(spec, root, python=spec.python)
 
 
 BACKEND = SandboxBackend(create=create_sandbox)
