@@ -423,9 +423,9 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         full_disk = _engine_disk_warning()
         if full_disk:
             observer.warning(full_disk)
-    # 2. build
+    # 2. build (with the run's --env-param values: build.py reads them too)
     for env in envs:
-        _build(env, spec.profile, spec.chosen_backend, observer)
+        _build(apply_env_params(env, spec.profile, spec.env_params)[0], spec.profile, spec.chosen_backend, observer)
     with using_store(db) as store:
         # 3. recover attempts of a harness that died
         orphans = recover_orphans(store)

@@ -207,8 +207,9 @@ def _typed_like(current: Any, key: str, text: str) -> Any:
 
 def apply_env_params(env: Environment, profile: str, params: dict[str, str]) -> tuple[Environment, float | None]:
     """The environment with the run's `--env-param` values in the profile's params, and the
-    gateway credit override (`credit`, USD). Params change what the instructions and the scorer
-    see, not the built assets (a build uses the declared params). Unknown keys: RebenchError
+    gateway credit override (`credit`, USD). Params change what the instructions, the scorer and
+    the build see (build.py reads them through rebench.kit.buildutil.profile_params; the assets and
+    images of changed params are built apart from the declared ones). Unknown keys: RebenchError
     naming the allowed ones."""
     spec: Profile = env.profile(profile)
     allowed = ([CREDIT_PARAM] if spec.gateway is not None else []) + sorted(spec.params)
@@ -229,7 +230,7 @@ def apply_env_params(env: Environment, profile: str, params: dict[str, str]) -> 
         return env, credit
     new_profile = spec.model_copy(update={"params": {**spec.params, **overrides}})
     metadata = env.metadata.model_copy(update={"profiles": {**env.metadata.profiles, profile: new_profile}})
-    return Environment(root=env.root, metadata=metadata), credit
+    return Environment(root=env.root, metadata=metadata, overridden=env.overridden | {profile}), credit
 
 
 def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistry) -> tuple[int, list[int]]:

@@ -31,6 +31,7 @@ Folder layout (every part but the metadata and scoring is optional):
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -62,6 +63,9 @@ class Environment:
 
     root: Path
     metadata: EnvironmentMetadata
+    overridden: frozenset[str] = frozenset()
+    """Profiles whose params a run changed (`rebench run --env-param`, rebench.campaign.apply_env_params):
+    their content hash covers the params, so assets and images built from them are their own."""
 
     @property
     def name(self) -> str:
@@ -162,6 +166,8 @@ class Environment:
         digest = hashlib.sha256()
         digest.update(profile.encode())
         digest.update(extra)
+        if profile in self.overridden:  # (declared params are covered by environment.toml's bytes below)
+            digest.update(json.dumps(self.profile(profile).params, sort_keys=True, default=str).encode())
         digest.update(kit_version().encode())
         for path in sorted(self.root.rglob("*")):
             if any(part in _HASH_SKIP for part in path.relative_to(self.root).parts) or not path.is_file():

@@ -211,7 +211,7 @@ class HumanAgent:
             rows = session.scalars(select(ScoreEvent).where(
                 ScoreEvent.attempt_id == self.attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE)
                 .order_by(ScoreEvent.id))
-            ctx._scores[:0] = [ScoreResult(raw=r.raw, message=r.message, duration_s=r.duration_s) for r in rows]
+            ctx.restore_scores([ScoreResult(raw=r.raw, message=r.message, duration_s=r.duration_s) for r in rows])
 
 
 async def _heartbeat(store: Store, attempt_id: int) -> None:
