@@ -16,10 +16,10 @@ from rich.console import Console
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
 from rebench.report.allocation import Allocation
-from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.money import spend, tokens_per_hour, unique_runs
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
+from rebench.report.rows import ALL, Report, ScoreRow
 from rebench.report.story import AttemptStory, stories_html, stories_markdown, story_file, story_png
 from rebench.report.tree import SolutionTree, tree_html
 from rebench.tables import Col, print_table
