@@ -14,7 +14,7 @@ from rebench.report.headline import agent_summaries, beyond_data, headline_rows,
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.rows import ALL, CURVE_MAX_TOTAL_S, Report, ReportSettings, ScoreRow
 from rebench.report.score_rows import RowBuilder, group_runs, mark_best
-from rebench.report.summaries import attempt_summaries, human_attempt_rows, human_summary, standings, unique_runs
+from rebench.report.summaries import attempt_summaries, each_run_once, human_attempt_rows, human_summary, standings
 
 
 def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentInfo | None = None) -> Report:
@@ -22,7 +22,7 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
     if settings.estimator not in ESTIMATORS:
         raise RebenchError(f"unknown estimator {settings.estimator!r}; allowed: {', '.join(ESTIMATORS)}")
     builder = RowBuilder(settings, info or default_info())
-    loaded = unique_runs(data.runs + data.humans)
+    loaded = each_run_once(data.runs + data.humans)
     notes = list(data.notes)
     if settings.exclude_above is not None:
         limit = settings.exclude_above

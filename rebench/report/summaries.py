@@ -81,7 +81,7 @@ def standings(rows: list[ScoreRow], humans: list[RunRecord]) -> list[Standing]:
     return out
 
 
-def unique_runs(runs: Iterable[RunRecord]) -> list[RunRecord]:
+def each_run_once(runs: Iterable[RunRecord]) -> list[RunRecord]:
     """Runs once each: human attempts sit both in `runs` (unless filtered out) and in `humans`."""
     return list({run.attempt_id: run for run in runs}.values())
 

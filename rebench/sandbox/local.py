@@ -383,14 +383,12 @@ class LocalSandbox:
 
 
 def create_sandbox(spec: SandboxSpec, env: object = None) -> LocalSandbox:
-    """A fresh attempt folder under the cache, running the environment's local python
-    (`spec.python`, which rebench.sandboxes resolves from the environment's build)."""
+    """A fresh attempt folder under the cache, running `spec.python` (rebench.sandboxes resolves it)."""
     if spec.keep_alive:
         raise RebenchError("the local backend cannot run human attempts: it isolates nothing from the expert; "
                            "use the docker backend")
     if spec.python is None:
-        raise RebenchError(f"no python for environment {spec.environment!r} ({spec.profile}): "
-                           "create local sandboxes through rebench.sandboxes.create_sandbox")
+        raise RebenchError(f"no python for {spec.environment!r}: create it with rebench.sandboxes.create_sandbox")
     work = cache_dir() / "work"
     work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
