@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebench.agents.base import AgentConfig
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.campaign import CampaignSpec
 from rebench.campaign_service import resume_campaign, run_campaign
 from rebench.env_service import (
@@ -52,7 +53,6 @@ from rebench.env_service import (
     noise_measured,
 )
 from rebench.observer import CalibrationResult, CampaignResult, Observer, PlannedCampaign
-from rebench.runner import AttemptOutcome
 from rebench.store.opening import open_store, using_store
 
 if TYPE_CHECKING:

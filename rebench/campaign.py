@@ -19,12 +19,13 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.budget import parse_duration
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.network import NetworkPolicy, effective_network, parse_network
-from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
+from rebench.runner import AttemptRunner, Progress, SandboxFactory
 from rebench.sandboxes import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
 from rebench.scheduler.leases import pid_alive as pid_alive  # rebench.human imports it from here

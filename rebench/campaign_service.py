@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebench.agents.base import AgentConfig
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.campaign import CampaignSpec
 from rebench.env_service import build_for_backend, calibrate_on, checked_environment, choose_backend
 from rebench.observer import CampaignResult, Observer, PlannedCampaign
-from rebench.runner import AttemptOutcome
 from rebench.store.opening import check_database, using_store
 
 if TYPE_CHECKING:

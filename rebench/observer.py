@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.campaign import CampaignSpec
-from rebench.runner import AttemptOutcome
 
 if TYPE_CHECKING:
     pass

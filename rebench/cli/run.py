@@ -16,7 +16,7 @@ from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
     from rebench.api import PlannedCampaign
-    from rebench.runner import AttemptOutcome
+    from rebench.attempt_outcome import AttemptOutcome
     from rebench.scheduler.view import CampaignLive
 
 

@@ -29,11 +29,12 @@ from typing import Any
 from sqlalchemy import func, select
 
 from rebench.agents.base import AgentConfig, AgentContext
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.context import AttemptContext
 from rebench.human.clock import RestoredClock, restore_clock, wall_clock
 from rebench.human.gpus import leased
 from rebench.human.tasks import TaskCommands
-from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
+from rebench.runner import AttemptRunner, RunHooks
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.scoring.result import ScoreResult
 from rebench.store.db import Store
