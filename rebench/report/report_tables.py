@@ -14,11 +14,7 @@ from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMAN
 from rebench.report.rows import ALL, Report, ScoreRow
 
 ROW_FIELDS = list(ScoreRow.model_fields)
-
-
 KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
-
-
 NUMERIC_COLUMNS = {
     "n",
     "min n",
@@ -34,8 +30,6 @@ NUMERIC_COLUMNS = {
     "above 2",
     "corrections",
 }
-
-
 Table_ = tuple[str, list[str], list[list[str]]]
 
 

@@ -17,14 +17,8 @@ from rebench.report.data import ReportData
 from rebench.report.estimators import EstimatorName
 
 ALL = "all"
-
-
 PLAUSIBLE_MAX = 2.0  # the paper never saw a normalized score above 2 after its review
-
-
 HEADLINE_TOTALS_S = (7200.0, 28800.0, 57600.0, 115200.0)  # the headline table: 2h, 8h, 16h, 32h
-
-
 CURVE_MAX_TOTAL_S = 64 * 3600.0  # the plot's x range: the paper's budgets up to Claude's 30min@128
 
 

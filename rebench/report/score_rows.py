@@ -23,8 +23,6 @@ from rebench.report.known_environments import EnvironmentInfo
 from rebench.report.rows import ALL, PLAUSIBLE_MAX, ReportSettings, ScoreRow
 
 _T = TypeVar("_T")
-
-
 GroupKey = tuple[str, str, float]  # agent, source, per-attempt budget
 
 

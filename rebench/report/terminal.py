@@ -26,8 +26,6 @@ def _drop_constant_source(header: list[str], rows: list[list[str]]) -> tuple[lis
 # Key columns (environment, agent, allocation) are shown whole; the others wrap at spaces and
 # are left out, DROPPABLE's first, then from the right, until the table fits the terminal (see rebench.tables).
 WRAPPING = {"human data", "best alloc", "", "anchors", "without >2"}
-
-
 DROPPABLE = ("anchors", "95% interval", "min n", "source", "envs", "total", "n", "mean")
 
 
