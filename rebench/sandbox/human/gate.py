@@ -29,9 +29,15 @@ import threading
 
 if __package__:  # imported as rebench.sandbox.human.gate (tests, type checks)
     from rebench.sandbox.human.relay import CHUNK, GATE, Session
-else:  # run as a script beside relay.py, in a root-owned folder that python3 -I leaves off sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    from relay import CHUNK, GATE, Session  # type: ignore[no-redef]
+else:  # run as a script: relay.py lies beside it, in the same root-owned folder; loaded by its path,
+    # as python3 -I leaves that folder off sys.path (and this process, root's, adds nothing to it)
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("relay", os.path.join(os.path.dirname(__file__), "relay.py"))
+    assert _spec is not None and _spec.loader is not None
+    _relay = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_relay)
+    CHUNK, GATE, Session = _relay.CHUNK, _relay.GATE, _relay.Session  # type: ignore[misc]
 
 SSH_SOCKET = GATE + "/ssh.sock"
 SESSIONS = GATE + "/sessions.jsonl"
