@@ -55,7 +55,7 @@ async def leak_check(profile: str) -> None:
     from rebench.environments.install import install_environment
     from rebench.environments.registry import EnvironmentRegistry
     from rebench.sandbox.base import SandboxSpec
-    from rebench.sandbox.factory import create_sandbox
+    from rebench.sandboxes import create_sandbox
     from rebench.scoring.run import run_scoring
 
     env = EnvironmentRegistry().get(ENV)

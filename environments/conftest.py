@@ -15,7 +15,7 @@ from rebench.environments.build import assets_dir
 from rebench.environments.install import install_environment
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.sandbox.base import ExecResult, Sandbox, SandboxSpec
-from rebench.sandbox.factory import create_sandbox
+from rebench.sandboxes import create_sandbox
 from rebench.scoring.normalize import normalize
 from rebench.scoring.run import run_scoring
 

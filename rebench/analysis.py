@@ -27,7 +27,7 @@ import pandas as pd
 from rebench.errors import RebenchError
 
 if TYPE_CHECKING:
-    from rebench.report.compute import Report
+    from rebench.report.rows import Report
     from rebench.store.db import Store
 
 TableFormat = Literal["csv", "parquet"]
@@ -73,8 +73,8 @@ def _pandas_dtype(annotation: Any) -> str:
 
 
 def score_row_columns() -> dict[str, str]:
-    """Columns and dtypes of the score@k frame: one per ScoreRow field (rebench.report.compute)."""
-    from rebench.report.compute import ScoreRow
+    """Columns and dtypes of the score@k frame: one per ScoreRow field (rebench.report.rows)."""
+    from rebench.report.rows import ScoreRow
 
     return {name: _pandas_dtype(field.annotation) for name, field in ScoreRow.model_fields.items()}
 

@@ -18,13 +18,16 @@ import platform
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.scoring.normalize import (
+    ResolvedAnchors as ResolvedAnchors,  # re-exported: reports and the API name it here
+)
 from rebench.scoring.normalize import final_raw_score
 from rebench.scoring.rescore import rescore_median
 from rebench.store.db import Store
@@ -41,14 +44,6 @@ class HardwareFingerprint(BaseModel):
     description: str
 
 
-class ResolvedAnchors(BaseModel):
-    start: float
-    reference: float
-    kind: Literal["declared", "calibrated", "window"]
-    """`window`: measured beside the attempt's re-scores (rebench.scoring.window)."""
-    hardware: str | None = None
-
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -61,7 +56,7 @@ def _cpu_model() -> str:
 
 
 def _gpus() -> list[str]:
-    from rebench.preflight import gpu_listing
+    from rebench.gpus import gpu_listing
 
     return [line.split("(")[0].strip() for line in gpu_listing()]
 
@@ -166,7 +161,7 @@ async def scoring_sandbox(env: Environment, profile: str, backend: str
     from rebench.environments.install import install_environment
     from rebench.gateway.attempt import AttemptGateway
     from rebench.sandbox.base import SandboxSpec
-    from rebench.sandbox.factory import create_sandbox
+    from rebench.sandboxes import create_sandbox
 
     spec_profile = env.profile(profile)
     spec = SandboxSpec(attempt_id=0, environment=env.name, profile=profile,

@@ -19,13 +19,14 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.budget import parse_duration
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.network import NetworkPolicy, effective_network, parse_network
-from rebench.runner import AttemptOutcome, AttemptRunner, Progress, SandboxFactory
-from rebench.sandbox.factory import create_sandbox
+from rebench.runner import AttemptRunner, Progress, SandboxFactory
+from rebench.sandboxes import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
 from rebench.scheduler.leases import pid_alive as pid_alive  # rebench.human imports it from here
 from rebench.scheduler.queue import run_campaign_queue
@@ -207,8 +208,9 @@ def _typed_like(current: Any, key: str, text: str) -> Any:
 
 def apply_env_params(env: Environment, profile: str, params: dict[str, str]) -> tuple[Environment, float | None]:
     """The environment with the run's `--env-param` values in the profile's params, and the
-    gateway credit override (`credit`, USD). Params change what the instructions and the scorer
-    see, not the built assets (a build uses the declared params). Unknown keys: RebenchError
+    gateway credit override (`credit`, USD). Params change what the instructions, the scorer and
+    the build see (build.py reads them through rebench.kit.buildutil.profile_params; the assets and
+    images of changed params are built apart from the declared ones). Unknown keys: RebenchError
     naming the allowed ones."""
     spec: Profile = env.profile(profile)
     allowed = ([CREDIT_PARAM] if spec.gateway is not None else []) + sorted(spec.params)
@@ -229,7 +231,7 @@ def apply_env_params(env: Environment, profile: str, params: dict[str, str]) -> 
         return env, credit
     new_profile = spec.model_copy(update={"params": {**spec.params, **overrides}})
     metadata = env.metadata.model_copy(update={"profiles": {**env.metadata.profiles, profile: new_profile}})
-    return Environment(root=env.root, metadata=metadata), credit
+    return Environment(root=env.root, metadata=metadata, overridden=env.overridden | {profile}), credit
 
 
 def plan_campaign(store: Store, spec: CampaignSpec, registry: EnvironmentRegistry) -> tuple[int, list[int]]:

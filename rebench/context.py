@@ -15,7 +15,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -319,8 +319,17 @@ class AttemptContext:
                 self.recorder.event("snapshot", note=f"score snapshot failed: {type(exc).__name__}: {exc}")
                 return None
 
+    def score_feedback(self) -> list[dict[str, Any]]:
+        """The score log as the agent sees it, without recording that it was asked for (`score_log`
+        does): the human task commands show it in their status lines."""
+        return [r.feedback(self.environment.score_visible) for r in self._scores]
+
+    def restore_scores(self, earlier: Sequence[ScoreResult]) -> None:
+        """Put a resumed attempt's earlier intermediate scores ahead of this run's in the score log."""
+        self._scores[:0] = list(earlier)
+
     async def score_log(self) -> list[dict[str, Any]]:
-        log = [r.feedback(self.environment.score_visible) for r in self._scores]
+        log = self.score_feedback()
         self.recorder.event("score_log", entries=len(log))
         return log
 

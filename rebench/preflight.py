@@ -18,37 +18,15 @@ from typing import Literal
 from rebench.environments import assets as operator_assets
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.gpus import gpu_ids  # nvidia-smi -L; a fake one in tests
 
 Purpose = Literal["build", "run", "calibrate"]
-
-
-def gpu_listing() -> list[str]:
-    """The lines of `nvidia-smi -L` ([] without the driver), one per GPU."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line for line in listing.splitlines() if line.strip()]
-
-
-def gpu_inventory() -> list[int]:
-    """Device ids of the NVIDIA GPUs `nvidia-smi -L` lists here."""
-    ids = []
-    for line in gpu_listing():  # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
-        head = line.split(":", 1)[0]
-        if head.startswith("GPU ") and head[4:].strip().isdigit():
-            ids.append(int(head[4:]))
-    return ids
 
 
 def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence[int] | None) -> None:
     needed = env.profile(profile).resources.gpus
     if needed == 0:
         return
-    from rebench.scheduler.inventory import gpu_ids  # nvidia-smi -L; a fake one in tests
-
     present = gpu_ids()
     what = f"{env.name} ({profile}) needs {needed} GPU(s)"
     if not present:

@@ -19,37 +19,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import select
 
-from rebench.agents.base import Agent, AgentConfig, EnvironmentInfo, LimitExceeded
+from rebench.agents.base import Agent, AgentConfig, EnvironmentInfo
 from rebench.agents.registry import load_agent
-from rebench.calibration import resolve_anchors
+from rebench.attempt_outcome import AttemptOutcome, InfrastructureFailure
 from rebench.clock import AttemptClock, PauseInterval
 from rebench.context import AttemptContext, AttemptRecorder
 from rebench.environments.build import assets_dir
 from rebench.environments.install import install_environment
-from rebench.environments.metadata import Profile
+from rebench.environments.metadata import Profile, final_rule_sentence
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
+from rebench.final_score import finalize_row, rescore_attempt
 from rebench.gateway.attempt import AttemptGateway
 from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.provenance import rebench_version
 from rebench.sandbox.base import Sandbox, SandboxSpec
-from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
-from rebench.scoring.normalize import final_raw_score, normalize
+from rebench.sandboxes import create_sandbox
 from rebench.scoring.rescore import (
-    RULE_ONLY,
     FinalRule,
     RescoreSummary,
     ScoreSnapshots,
-    final_candidate,
-    final_rule_sentence,
-    rescore,
 )
 from rebench.scoring.run import run_scoring
-from rebench.scoring.window import anchor_solutions, final_anchors, uses_window_anchors
 from rebench.store.db import Store
 from rebench.store.models import (
     Attempt,
@@ -57,35 +51,10 @@ from rebench.store.models import (
     ErrorSource,
     Event,
     EventKind,
-    LimitReason,
     ScoreEvent,
     ScoreKind,
 )
-
-WATCHDOG_TICK_S = 0.05
-CANCEL_GRACE_S = 10.0
-
-
-class AttemptOutcome(BaseModel):
-    attempt_id: int
-    status: AttemptStatus
-    environment: str = ""
-    agent: str = ""
-    error_source: ErrorSource | None = None
-    error_message: str | None = None
-    limit_reason: LimitReason | None = None
-    final_raw: float | None = None
-    final_normalized: float | None = None
-    working_s: float = 0.0
-    submitted: bool = False
-    stop_campaign: str | None = None
-    """Set when this failure would fail every attempt alike (the provider rejected the key):
-    the one-line reason the campaign stops before starting more attempts."""
-
-
-class InfrastructureFailure(Exception):
-    """The sandbox died or vanished under the attempt; not the agent's fault."""
-
+from rebench.watchdog import watch_agent
 
 Progress = Callable[[int, str], None]
 SandboxFactory = Callable[[str, SandboxSpec, Environment], Sandbox]
@@ -337,51 +306,9 @@ class AttemptRunner:
         only when the agent next acts, and cancellation kills its running commands."""
         task = asyncio.create_task(agent.run(ctx))
         try:
-            await self._watch(task, ctx, sandbox, outcome)
+            await watch_agent(task, ctx, sandbox, outcome)
         finally:
             outcome.submitted = ctx.submitted.is_set()
-
-    async def _watch(self, task: asyncio.Task[None], ctx: AttemptContext, sandbox: Sandbox,
-                     outcome: AttemptOutcome) -> None:
-        reason: str | None = None
-        while not task.done():
-            if ctx.clock.working_seconds() >= ctx.budget_s:
-                reason = "time"
-                break
-            if ctx.submitted.is_set():
-                reason = "submitted"
-                break
-            await asyncio.wait({task}, timeout=WATCHDOG_TICK_S)
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, CANCEL_GRACE_S)
-        ended_itself = reason is None and not task.cancelled() and task.exception() is None
-        if ended_itself and not ctx.submitted.is_set() and ctx.clock.working_seconds() >= ctx.budget_s:
-            reason = "time"  # the agent stopped because its time was up, just before the watchdog did
-        if reason == "time":
-            ctx.recorder.event("limit", which="time", detail=f"working time reached {ctx.budget_s:.0f} s")
-            outcome.status, outcome.limit_reason = AttemptStatus.LIMIT, LimitReason.TIME
-            return
-        if reason == "submitted":
-            outcome.status = AttemptStatus.DONE
-            return
-        exc = task.exception() if not task.cancelled() else None
-        if isinstance(exc, LimitExceeded):
-            outcome.status, outcome.limit_reason = AttemptStatus.LIMIT, LimitReason(exc.which)
-        elif exc is not None:
-            if not await sandbox.alive():
-                raise InfrastructureFailure(f"the sandbox died: {type(exc).__name__}: {exc}")
-            # Exceptions may say who is to blame (a provider outage is not the agent's fault).
-            blamed = getattr(exc, "error_source", None)
-            outcome.status = AttemptStatus.ERROR
-            outcome.error_source = ErrorSource(blamed) if blamed in tuple(ErrorSource) else ErrorSource.AGENT
-            outcome.error_message = f"{type(exc).__name__}: {exc}"
-            ctx.recorder.event("agent_error", error=outcome.error_message, error_source=outcome.error_source)
-            if getattr(exc, "stops_campaign", False):
-                outcome.stop_campaign = str(exc)
-        else:
-            outcome.status = AttemptStatus.DONE
 
     async def _finish(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
                       sandbox: Sandbox | None, recorder: AttemptRecorder, budget: SnapshotBudget,
@@ -415,8 +342,9 @@ class AttemptRunner:
                         recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
                 if rescoring:
                     try:
-                        summary = await self._rescore(attempt_id, outcome, sandbox, recorder,
-                                                      score_snapshots, snapshot, kill_error, tokens)
+                        summary = await rescore_attempt(self.store, self.env, self.rule_of, self.progress, attempt_id,
+                                                        outcome, sandbox, recorder, score_snapshots, snapshot,
+                                                        kill_error, tokens)
                     except asyncio.CancelledError:
                         cancelled = True
                         outcome.status, outcome.error_source = AttemptStatus.INTERRUPTED, ErrorSource.USER
@@ -433,94 +361,9 @@ class AttemptRunner:
             try:
                 recorder.close()  # every buffered event is committed before the status changes
             finally:
-                self._finalize_row(attempt_id, outcome, clock, snapshot, summary, rescoring)
+                finalize_row(self.store, self.env, self.rule_of, attempt_id, outcome, clock, snapshot, summary,
+                             rescoring)
             if cancelled:
                 raise asyncio.CancelledError
 
         await asyncio.shield(finish())
-
-    async def _rescore(self, attempt_id: int, outcome: AttemptOutcome, sandbox: Sandbox,
-                       recorder: AttemptRecorder, score_snapshots: ScoreSnapshots | None,
-                       final_snapshot: str | None, kill_error: str | None,
-                       tokens: AttemptGateway | None = None) -> RescoreSummary | None:
-        """Re-score the best snapshots, unless the attempt was interrupted, its sandbox is gone or
-        the agent's processes could not be stopped (then None: the row keeps RE-Bench's rule, and
-        a note says why). Without snapshots at score
-        calls (`snapshot_each_score = false`) the solution the agent ended with is re-scored."""
-        why = None
-        if outcome.status == AttemptStatus.INTERRUPTED:
-            why = "the attempt was interrupted"
-        elif outcome.error_source == ErrorSource.INFRASTRUCTURE or not await sandbox.alive():
-            why = "the sandbox failed"
-        elif kill_error is not None:
-            why = f"the agent's processes could not be stopped ({kill_error})"
-        if why is not None:
-            recorder.event("note", message=f"not re-scored: {why}; the final score is RE-Bench's rule "
-                           "(best intermediate score)")
-            return None
-        with self.store.session() as session:
-            profile_name = session.get_one(Attempt, attempt_id).profile
-        profile = self.env.profile(profile_name)
-        anchors = None
-        if uses_window_anchors(profile, self.rule_of(profile)):
-            anchors = anchor_solutions(self.env, profile_name, assets_dir(self.env, profile_name, build=False))
-            if anchors is None:
-                recorder.event("note", message="no window anchors: the reference solution is made by its run.sh; "
-                               "the final score is normalized with the anchors in force")
-        self.progress(attempt_id, "re-scoring the best solutions")
-        if score_snapshots is not None:
-            taken = score_snapshots.taken
-        else:
-            taken = [await final_candidate(final_snapshot, self._last_valid_score(attempt_id))]
-        return await rescore(
-            sandbox, taken, candidates=profile.rescore.candidates, repeats=profile.rescore.repeats,
-            direction=profile.direction, timeout_s=profile.score_timeout_s,
-            record=lambda result, kind, extra: recorder.score(result, kind, extra),
-            log=lambda message: self.progress(attempt_id, message), tokens=tokens, anchors=anchors)
-
-    def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
-        with self.store.session() as session:
-            return session.scalars(select(ScoreEvent).where(
-                ScoreEvent.attempt_id == attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE,
-                ScoreEvent.valid.is_(True)).order_by(ScoreEvent.id.desc())).first()
-
-    def _finalize_row(self, attempt_id: int, outcome: AttemptOutcome, clock: AttemptClock,
-                      snapshot: str | None, summary: RescoreSummary | None, rescoring: bool) -> None:
-        with self.store.session() as session:
-            attempt = session.get_one(Attempt, attempt_id)
-            profile = self.env.profile(attempt.profile)
-            raws = [s.raw for s in session.query(ScoreEvent)
-                    .filter_by(attempt_id=attempt_id, kind=ScoreKind.INTERMEDIATE).order_by(ScoreEvent.id)]
-            rule = self.rule_of(profile)
-            rule_raw = final_raw_score(raws, rule=RULE_ONLY if rule == "rescore_best" else rule,
-                                       direction=profile.direction)
-            final_rule: FinalRule = RULE_ONLY if rule == "rescore_best" else rule
-            final = rule_raw
-            if rescoring and summary is not None:
-                final, final_rule = summary.final_raw, "rescore_best"
-            anchors = resolve_anchors(self.store, self.env, attempt.profile)
-            # The final score's anchors: the re-scoring window's where it measured them (derived from
-            # the score rows, as reports derive them); intermediate scores keep the anchors in force.
-            window = session.scalars(select(ScoreEvent).where(
-                ScoreEvent.attempt_id == attempt_id,
-                ScoreEvent.kind.in_([ScoreKind.ANCHOR_START, ScoreKind.ANCHOR_REFERENCE]))).all()
-            scale = final_anchors(final_rule, window, profile.direction, anchors)
-            outcome.final_raw = final
-            outcome.final_normalized = normalize(final, scale.start, scale.reference)
-            outcome.working_s = clock.working_seconds()
-            attempt.status = outcome.status
-            attempt.error_source = outcome.error_source
-            attempt.error_message = outcome.error_message
-            attempt.limit_reason = outcome.limit_reason
-            attempt.final_raw = final
-            attempt.final_normalized = outcome.final_normalized
-            attempt.final_rule = final_rule
-            attempt.rule_raw = rule_raw
-            attempt.rule_normalized = normalize(rule_raw, anchors.start, anchors.reference)
-            attempt.anchors_kind = scale.kind
-            attempt.wall_s = clock.wall_seconds()
-            attempt.working_s = clock.working_seconds()
-            attempt.model_wait_s = max(attempt.model_wait_s, clock.model_wait_s)
-            attempt.ended_at = _now()
-            attempt.snapshot_path = snapshot
-            attempt.submitted = outcome.submitted

@@ -24,11 +24,11 @@ from rebench.environments import assets as operator_assets
 from rebench.environments.build import assets_dir, local_python
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.harness_files import harness_folder
 from rebench.kit import proctree
 from rebench.kit.buildutil import load_file
 from rebench.sandbox.base import SandboxPaths
 from rebench.scoring import score_helper
-from rebench.scoring.harness_files import harness_folder
 
 from .conftest import REPO
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rebench.human.worktime import corrected_at, merge
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.models import Attempt, AttemptStatus, Event, EventKind, Pause, PauseCorrection
+from rebench.store.worktime import corrected_at, merge
 from tests.human_rows import CLOCK_ORIGIN, WORKING_S, human_attempt, write_cast
 
 from .conftest import run_cli, run_main

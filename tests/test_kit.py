@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from rebench import harness_files
 from rebench.environments.install import PARAMS_FILE, SCORING_DIR
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.kit.confined import OUTPUT_TAIL_BYTES, ChildFailed, ChildTimeout, ConfinedChild
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.local import LocalSandbox
-from rebench.scoring import harness_files
 from rebench.scoring.run import run_scoring
 
 from .docker_support import base_image, docker_engine, with_sandbox

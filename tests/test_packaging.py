@@ -65,7 +65,7 @@ def test_wheel_bundles_environments_and_dockerfiles(wheel: Path) -> None:
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"rebench"}
     assert PurePosixPath("rebench", "agents", "reference", "agent.py") in names
     # What open_ssh copies into a human attempt's container, and the exec server it runs.
-    for script in ("gate.py", "session.py", "task.py"):
+    for script in ("gate.py", "relay.py", "session.py", "task.py"):
         assert PurePosixPath("rebench", "sandbox", "human", script) in names
     assert PurePosixPath("rebench", "sandbox", "exec_server.py") in names
 

@@ -10,11 +10,11 @@ import pytest
 
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
-from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.data import Filters, load_report_data
 from rebench.report.known_environments import EnvironmentInfo
 from rebench.report.percentiles import human_percentile
 from rebench.report.render import report_json, write_outputs
+from rebench.report.rows import ALL, Report, ScoreRow
 from rebench.report.service import make_report, settings_from_options
 from rebench.store import Attempt, Campaign, ScoreEvent, Store
 

@@ -12,11 +12,12 @@ from rich.console import Console
 
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.report import plots
-from rebench.report.compute import ALL, Report, ScoreRow
 from rebench.report.data import Filters
 from rebench.report.known_environments import EnvironmentInfo
-from rebench.report.render import print_terminal, report_json, write_outputs
+from rebench.report.render import report_json, write_outputs
+from rebench.report.rows import ALL, Report, ScoreRow
 from rebench.report.service import make_report, settings_from_options
+from rebench.report.terminal import print_terminal
 from rebench.store import Store
 from tests.test_report_build import TOML, _attempt
 

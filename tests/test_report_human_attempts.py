@@ -11,11 +11,11 @@ import pytest
 from rich.console import Console
 
 from rebench.environments.registry import EnvironmentRegistry
-from rebench.report.compute import ALL
 from rebench.report.data import Filters
 from rebench.report.known_environments import EnvironmentInfo
-from rebench.report.render import print_terminal
+from rebench.report.rows import ALL
 from rebench.report.service import make_report, settings_from_options
+from rebench.report.terminal import print_terminal
 from rebench.store import Attempt, Store
 from rebench.store.models import PauseCorrection
 from tests.human_rows import WORKING_S, human_attempt

@@ -14,8 +14,8 @@ import pytest
 from rich.console import Console
 
 from rebench.report.data import Filters
-from rebench.report.render import print_terminal
 from rebench.report.service import make_report, settings_from_options
+from rebench.report.terminal import print_terminal
 from rebench.store import Store
 from tests.conftest import run_main
 

@@ -13,7 +13,8 @@ from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.sandbox import local
 from rebench.sandbox.base import SandboxSpec
-from rebench.sandbox.factory import backend_names, create_sandbox, load_backend, resolve_backend
+from rebench.sandbox.factory import backend_names, load_backend, resolve_backend
+from rebench.sandboxes import create_sandbox
 
 from .plugin_support import install_distribution
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import update
 
 from rebench.errors import RebenchError
-from rebench.scheduler.inventory import gpu_ids, parse_gpus
+from rebench.gpus import gpu_ids, parse_gpus
 from rebench.scheduler.leases import PRIORITY_HUMAN, Lease, LeaseBroker, active_leases
 from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, Campaign

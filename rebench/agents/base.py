@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from rebench.clock import PauseInterval
 from rebench.errors import LimitExceeded as LimitExceeded  # re-exported: it lives in rebench.errors now
+from rebench.models.usage import ModelUsage as ModelUsage  # re-exported: agents record calls with it
 from rebench.sandbox.base import ExecResult, SandboxPaths
 
 
@@ -43,18 +44,6 @@ class EnvironmentInfo(BaseModel):
     final_score: Literal["best", "last", "rescore_best"] = "best"
     """How the attempt's final score is taken; with `rescore_best` the harness re-scores the best
     scored solutions itself when the attempt ends, so scoring one solution many times gains nothing."""
-
-
-class ModelUsage(BaseModel):
-    """One model call, as recorded by an LLM agent through `ctx.record_model_call`."""
-
-    model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
-    wait_s: float = 0.0
-    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 @runtime_checkable

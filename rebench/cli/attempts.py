@@ -46,7 +46,7 @@ def _human_fields(session: Session, a: Attempt, human: HumanSession | None) -> d
     if human is None:
         return {}
     from rebench.human.audit import clock_rows
-    from rebench.human.worktime import working_time
+    from rebench.store.worktime import working_time
 
     pauses, corrections = clock_rows(session, a.id)
     spent = working_time(a, pauses, corrections, human)

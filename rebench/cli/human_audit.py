@@ -1,6 +1,6 @@
 """`rebench human adjust|replay`: audited corrections of a human attempt's clock, and its recordings.
 
-The logic is in rebench.human.audit (and rebench.human.worktime for working time); this is the shell.
+The logic is in rebench.human.audit (and rebench.store.worktime for working time); this is the shell.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import typer
 from rebench.cli.common import DbOption, JsonOption, console, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
-from rebench.report.render import print_terminal, report_json, score_rows_csv, write_outputs
+from rebench.report.render import report_json, score_rows_csv, write_outputs
+from rebench.report.terminal import print_terminal
 from rebench.report.tree import SolutionTree, load_tree
 
 FORMATS = ("table", "csv", "parquet")

@@ -16,7 +16,7 @@ from rebench.tables import Col, print_table
 
 if TYPE_CHECKING:  # the campaign machinery loads only when a campaign runs, not for `rebench run --help`
     from rebench.api import PlannedCampaign
-    from rebench.runner import AttemptOutcome
+    from rebench.attempt_outcome import AttemptOutcome
     from rebench.scheduler.view import CampaignLive
 
 
@@ -79,7 +79,7 @@ def run_command(
 ) -> None:
     """Run k attempts of an agent on each environment under a time budget."""
     from rebench import api
-    from rebench.scheduler.inventory import parse_gpus
+    from rebench.gpus import parse_gpus
     from rebench.scheduler.progress_lines import progress_every as every
     from rebench.scheduler.view import CampaignLive
 

@@ -22,10 +22,15 @@ from filelock import FileLock
 from rebench.environments import assets as operator_assets
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.harness_files import harness_folder
 from rebench.paths import cache_dir
-from rebench.scoring.harness_files import harness_folder
 
 Log = Callable[[str], None]
+
+
+BUILD_PARAMS_ENV = "REBENCH_BUILD_PARAMS"
+"""Names the params file of a build; rebench.kit.buildutil.profile_params reads it (the name is
+written twice: the kit cannot import the harness)."""
 
 
 def _quiet(_: str) -> None:
@@ -152,9 +157,13 @@ def _build_assets(env: Environment, profile: str, script: Path, python: Path, fo
             operator_assets.stage(env, profile, found, inputs)
             argv += ["--assets", str(inputs)]
             _record_assets(env, profile, found, out)
+        # The profile's params as this run has them (`--env-param` values included), for
+        # rebench.kit.buildutil.profile_params; build.py run by hand reads environment.toml instead.
+        params = Path(scratch) / "params.json"
+        params.write_text(json.dumps({"profile": profile, "params": env.profile(profile).params}, default=str))
         # The build imports the environment kit from the same tree a sandbox's harness folder holds.
         _run(argv, f"build.py of {env.name} ({profile})", cwd=env.root,
-             env={**os.environ, "PYTHONPATH": str(harness_folder())})
+             env={**os.environ, "PYTHONPATH": str(harness_folder()), BUILD_PARAMS_ENV: str(params)})
         (out / ".complete").touch()
         if target.exists():
             shutil.rmtree(target)

@@ -222,3 +222,15 @@ def load_metadata(path: Path) -> EnvironmentMetadata:
         # every problem on the one line: a misspelt key is often the second error, behind the missing one
         problems = "; ".join(_describe(error) for error in exc.errors())
         raise ConfigError(f"{path}: {problems}") from None
+
+
+def final_rule_sentence(rule: str, rescore: Rescore) -> str:
+    """How an attempt's final score is taken, in the words the agent reads."""
+    if rule == "last":
+        return "The **last** valid score of the attempt counts."
+    if rule == "rescore_best":
+        return (f"How the final score is taken: when your time is up, the solutions behind your "
+                f"{rescore.candidates} best valid score calls (as they were when you called score; different "
+                f"solutions only) are scored again {rescore.repeats} times each, and the best of their median "
+                "scores counts, not your single best score call. A run that fails counts as the worst result.")
+    return "The **best** valid score of the attempt counts."

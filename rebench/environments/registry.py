@@ -31,15 +31,22 @@ Folder layout (every part but the metadata and scoring is optional):
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from rebench.environments.metadata import METADATA_FILE, EnvironmentMetadata, Profile, load_metadata
+from rebench.environments.metadata import (
+    METADATA_FILE,
+    EnvironmentMetadata,
+    Profile,
+    final_rule_sentence,
+    load_metadata,
+)
 from rebench.errors import ConfigError, EnvironmentNotFound
+from rebench.harness_files import kit_version
 from rebench.resources import environments_dir
 from rebench.sandbox.base import SandboxPaths
-from rebench.scoring.harness_files import kit_version
 
 _HASH_SKIP = {"__pycache__", ".pytest_cache", "tests"}
 
@@ -56,6 +63,9 @@ class Environment:
 
     root: Path
     metadata: EnvironmentMetadata
+    overridden: frozenset[str] = frozenset()
+    """Profiles whose params a run changed (`rebench run --env-param`, rebench.campaign.apply_env_params):
+    their content hash covers the params, so assets and images built from them are their own."""
 
     @property
     def name(self) -> str:
@@ -125,8 +135,6 @@ class Environment:
     def instructions(self, profile: str, paths: SandboxPaths, *, final_rule: str | None = None) -> str:
         """The agent-facing task text with profile values and paths filled in; `final_rule_text`
         says how the final score is taken (the profile's rule unless the run chose another)."""
-        from rebench.scoring.rescore import final_rule_sentence
-
         source = self.root / "instructions.md"
         if not source.is_file():
             raise ConfigError(f"{self.root}: instructions.md is missing")
@@ -158,6 +166,8 @@ class Environment:
         digest = hashlib.sha256()
         digest.update(profile.encode())
         digest.update(extra)
+        if profile in self.overridden:  # (declared params are covered by environment.toml's bytes below)
+            digest.update(json.dumps(self.profile(profile).params, sort_keys=True, default=str).encode())
         digest.update(kit_version().encode())
         for path in sorted(self.root.rglob("*")):
             if any(part in _HASH_SKIP for part in path.relative_to(self.root).parts) or not path.is_file():

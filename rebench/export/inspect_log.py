@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import statistics
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -30,6 +29,7 @@ from rebench.export import Anchors, aware, require_inspect
 from rebench.provenance import rebench_version
 from rebench.report.data import Normalizer, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.report.log_names import log_name
 from rebench.store import Attempt, Campaign, Event, Pause, ScoreEvent, Store
 
 if TYPE_CHECKING:
@@ -97,16 +97,6 @@ def export_inspect(store: Store, out: Path, *, campaigns: Sequence[int] = (), at
     normalizer = Normalizer(store, info or default_info())
     logs = [write_log(store, out, key, ids, normalizer) for key, ids in groups.items()]
     return ExportSummary(out=str(out), logs=logs)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip("-") or "x"
-
-
-def log_name(campaign: int | None, environment: str, agent: str, created: Any) -> str:
-    """Inspect's own pattern (time, task, id), so the viewer sorts them by time."""
-    tag = f"campaign-{campaign}" if campaign is not None else "imported"
-    return f"{aware(created):%Y-%m-%dT%H-%M-%S}+00-00_{_slug(environment)}_{_slug(agent)}_{tag}.eval"
 
 
 def _anchors(normalizer: Normalizer, attempt: Attempt) -> Anchors | None:

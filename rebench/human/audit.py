@@ -2,7 +2,7 @@
 adjust|replay`, `rebench attempts show`).
 
 A correction never edits what was recorded: it is a `PauseCorrection` row (who, why, when) and
-reports show working time with and without it (rebench.human.worktime). A recording is an asciinema
+reports show working time with and without it (rebench.store.worktime). A recording is an asciinema
 v2 cast: a JSON header line, then `[t, "o"|"i", data]` lines; replay plays only the output.
 """
 
@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 
 from rebench.budget import format_duration, parse_duration
 from rebench.errors import RebenchError
-from rebench.human.worktime import WorkingTime, covered, span_end, working_time
 from rebench.store.models import Attempt, Event, EventKind, HumanSession, Pause, PauseCorrection
+from rebench.store.worktime import WorkingTime, covered, span_end, working_time
 
 _SECONDS = re.compile(r"^\d+(\.\d+)?$")
 _ZERO = re.compile(r"^0+[hms]?$")

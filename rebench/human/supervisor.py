@@ -29,11 +29,12 @@ from typing import Any
 from sqlalchemy import func, select
 
 from rebench.agents.base import AgentConfig, AgentContext
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.context import AttemptContext
 from rebench.human.clock import RestoredClock, restore_clock, wall_clock
 from rebench.human.gpus import leased
 from rebench.human.tasks import TaskCommands
-from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
+from rebench.runner import AttemptRunner, RunHooks
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.scoring.result import ScoreResult
 from rebench.store.db import Store
@@ -211,7 +212,7 @@ class HumanAgent:
             rows = session.scalars(select(ScoreEvent).where(
                 ScoreEvent.attempt_id == self.attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE)
                 .order_by(ScoreEvent.id))
-            ctx._scores[:0] = [ScoreResult(raw=r.raw, message=r.message, duration_s=r.duration_s) for r in rows]
+            ctx.restore_scores([ScoreResult(raw=r.raw, message=r.message, duration_s=r.duration_s) for r in rows])
 
 
 async def _heartbeat(store: Store, attempt_id: int) -> None:
@@ -224,8 +225,10 @@ async def _heartbeat(store: Store, attempt_id: int) -> None:
 def _reattacher(env: Any, container_id: str) -> Callable[[SandboxSpec], Any]:
     async def reattach(spec: SandboxSpec) -> Sandbox:
         from rebench.sandbox.docker import sandbox as docker_sandbox
+        from rebench.sandboxes import resolve_spec
 
-        fresh = docker_sandbox.create_sandbox(spec, env)  # the image this checkout runs the environment in
+        # the image this checkout runs the environment in
+        fresh = docker_sandbox.create_sandbox(resolve_spec("docker", spec, env), env)
         return await docker_sandbox.DockerSandbox.reattach(fresh.spec, container_id, engine=fresh.engine)
 
     return reattach

@@ -169,7 +169,7 @@ class TaskCommands:
         return 0, json.dumps(feedback, sort_keys=True)
 
     def _log(self) -> list[dict[str, Any]]:
-        return [r.feedback(self.ctx.environment.score_visible) for r in self.ctx._scores]
+        return self.ctx.score_feedback()
 
     async def _score_log(self, args: list[str]) -> tuple[int, str]:
         log = await self.ctx.score_log()

@@ -21,6 +21,7 @@ from pathlib import Path
 from rebench.environments.build import assets_dir
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.harness_files import harness_files
 from rebench.images.naming import (
     BASE_CPU,
     BASE_CUDA,
@@ -32,7 +33,6 @@ from rebench.images.naming import (
 )
 from rebench.paths import cache_dir
 from rebench.sandbox.docker import DockerEngine
-from rebench.scoring.harness_files import harness_files
 
 Log = Callable[[str], None]
 FALLBACK_BASE = "debian:bookworm-slim"

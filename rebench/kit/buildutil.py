@@ -1,5 +1,5 @@
-"""Helpers every environment's build.py uses: reading the profile's params from
-environment.toml, laying out DIR/home, DIR/workspace, DIR/protected, and writing the
+"""Helpers every environment's build.py uses: reading the profile's params (as the harness
+passes them, else from environment.toml), laying out DIR/home, DIR/workspace, DIR/protected, and writing the
 tiny corpus.
 
 Part of the environment kit's build-time code (it may use NumPy).
@@ -51,8 +51,21 @@ def need_assets(args: argparse.Namespace) -> Path:
     return args.assets
 
 
+BUILD_PARAMS_ENV = "REBENCH_BUILD_PARAMS"
+"""Names the JSON file with the profile's params as the harness builds it (`rebench run --env-param`
+values included): {"profile": P, "params": {...}}."""
+
+
 def profile_params(env_dir: Path, profile: str) -> dict:
-    """The [profiles.P.params] table of the environment; a one-line error for an unknown profile."""
+    """The profile's params: those the harness passes for this build (`$REBENCH_BUILD_PARAMS`), else
+    the [profiles.P.params] table of the environment; a one-line error for an unknown profile."""
+    given = os.environ.get(BUILD_PARAMS_ENV)
+    if given:
+        payload = json.loads(Path(given).read_text(encoding="utf-8"))
+        if payload.get("profile") != profile:
+            raise SystemExit(f"{BUILD_PARAMS_ENV} names params of profile {payload.get('profile')!r}, "
+                             f"not of {profile!r}")
+        return dict(payload["params"])
     meta = tomllib.loads((env_dir / "environment.toml").read_text(encoding="utf-8"))
     profiles = meta.get("profiles", {})
     if profile not in profiles:

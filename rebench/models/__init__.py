@@ -8,8 +8,8 @@ The SDKs (`openai`, `anthropic`) are imported only when a client is built.
 from __future__ import annotations
 
 import importlib.util
+from typing import Protocol
 
-from rebench.agents.base import AgentConfig
 from rebench.errors import RebenchError
 from rebench.models.calls import RETRY_PAUSE_REASON, ModelCaller, RetryPolicy
 from rebench.models.messages import (
@@ -51,21 +51,33 @@ __all__ = [
     "require_key",
 ]
 
+
+
+class ModelChoice(Protocol):
+    """What the functions here read of an agent's configuration (`rebench.agents.base.AgentConfig`)."""
+
+    name: str
+    model: str | None
+    base_url: str | None
+    args: dict[str, str]
+    cost_limit_usd: float | None
+
+
 _SDK_MODULES = {"openai": "openai", "openai-compatible": "openai", "anthropic": "anthropic"}
 
 
-def model_spec(config: AgentConfig) -> ModelSpec:
+def model_spec(config: ModelChoice) -> ModelSpec:
     """The model an agent config names; a missing or malformed name is a one-line error."""
     if not config.model:
         raise RebenchError(f"agent {config.name!r} needs --model provider/model (providers: {', '.join(PROVIDERS)})")
     return parse_model(config.model, base_url=config.base_url, key_variable=config.args.get("api_key_env"))
 
 
-def model_price(config: AgentConfig, spec: ModelSpec) -> ModelPrice:
+def model_price(config: ModelChoice, spec: ModelSpec) -> ModelPrice:
     return price_for(spec.full_name, config.args.get("prices"))
 
 
-def check_model_available(config: AgentConfig) -> None:
+def check_model_available(config: ModelChoice) -> None:
     """Fail fast, before any sandbox starts: bad model name, missing key, missing
     SDK, unreadable price table, or a cost limit for a model with no price.
 
@@ -85,7 +97,7 @@ def check_model_available(config: AgentConfig) -> None:
         )
 
 
-def create_model_client(config: AgentConfig, *, request_timeout_s: float = 600.0) -> ModelClient:
+def create_model_client(config: ModelChoice, *, request_timeout_s: float = 600.0) -> ModelClient:
     """An SDK client for the configured model, keyed from the environment only."""
     check_model_available(config)
     spec = model_spec(config)

@@ -11,16 +11,29 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from rebench.agents.base import AgentContext, ModelUsage
+from rebench.clock import PauseInterval
 from rebench.models.messages import Completion, Message, ModelClient, ProviderError, ToolSpec
 from rebench.models.prices import ModelPrice
 from rebench.models.requests import RequestLog
+from rebench.models.usage import ModelUsage
 
 RETRY_PAUSE_REASON = "provider-retry"
+
+
+class CallRecorder(Protocol):
+    """The part of an agent's context (`rebench.agents.base.AgentContext`) that a model caller
+    uses: recording calls and events, and pausing the clock while it backs off."""
+
+    def record_model_call(self, usage: ModelUsage, **event: Any) -> None: ...
+
+    def log_event(self, kind: str, **data: Any) -> None: ...
+
+    def pause(self, reason: str) -> AbstractContextManager[PauseInterval]: ...
 
 
 class RetryPolicy(BaseModel):
@@ -43,7 +56,7 @@ class ModelCaller:
     `ctx.record_model_call`, which may raise LimitExceeded."""
 
     def __init__(
-        self, client: ModelClient, ctx: AgentContext, price: ModelPrice, policy: RetryPolicy | None = None
+        self, client: ModelClient, ctx: CallRecorder, price: ModelPrice, policy: RetryPolicy | None = None
     ) -> None:
         self.client = client
         self.ctx = ctx

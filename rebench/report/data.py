@@ -24,17 +24,17 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from rebench.calibration import ResolvedAnchors, resolve_anchors
+from rebench.calibration import resolve_anchors
 from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
-from rebench.human.worktime import corrected_at, working_time
 from rebench.network import NetworkPolicy
 from rebench.report.known_environments import EnvironmentInfo, default_info
-from rebench.scoring.normalize import normalize
+from rebench.scoring.normalize import ResolvedAnchors, normalize
 from rebench.scoring.window import final_anchors
 from rebench.store import Attempt, ScoreEvent, Store
 from rebench.store.models import Campaign, HumanSession, Pause, PauseCorrection
+from rebench.store.worktime import corrected_at, working_time
 
 SOURCES = ("own", "imported")
 HUMAN_AGENT = "human"

@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rebench.report.compute import Report
 from rebench.report.data import HUMAN_AGENT, RunRecord
+from rebench.report.rows import Report
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rebench.budget import format_duration
-from rebench.report.compute import ALL, PLAUSIBLE_MAX, Report, ScoreRow, beyond_data
 from rebench.report.data import HUMAN_AGENT
+from rebench.report.headline import beyond_data
 from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.report.rows import ALL, PLAUSIBLE_MAX, Report, ScoreRow
 
 HUMAN_COLOR = "black"
 Color = tuple[float, ...] | str

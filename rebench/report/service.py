@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from rebench.budget import parse_duration
 from rebench.errors import RebenchError
 from rebench.report.allocation import parse_total_budgets
-from rebench.report.compute import Report, ReportSettings, build_report
+from rebench.report.compute import build_report
 from rebench.report.data import Filters, load_report_data
 from rebench.report.estimators import ESTIMATORS, EstimatorName
 from rebench.report.known_environments import EnvironmentInfo
+from rebench.report.rows import Report, ReportSettings
 from rebench.store import Store
 
 

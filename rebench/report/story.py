@@ -6,7 +6,7 @@ report.html, rather than one crowded panel): every intermediate score the agent 
 the re-scores of a `rescore_best` final at the end, and the pauses shaded. The x-axis is time
 since the attempt's start, so a pause is a shaded stretch; working time is that time less the
 shaded stretches. aide attempts carry their solution tree. Each attempt links to its sample in
-Inspect's viewer as `rebench view` serves it (rebench.export.inspect_log names the log files).
+Inspect's viewer as `rebench view` serves it (rebench.report.log_names names the log files).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rebench.calibration import ResolvedAnchors
-from rebench.export.inspect_log import log_name
 from rebench.report.data import HUMAN_AGENT, Normalizer, RunRecord, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
+from rebench.report.log_names import log_name
 from rebench.report.tree import SolutionTree, load_tree, tree_html
-from rebench.scoring.normalize import normalize
+from rebench.scoring.normalize import ResolvedAnchors, normalize
 from rebench.store import Attempt, ScoreEvent, Store
 from rebench.store.models import Campaign, Event, Pause
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from rebench.network import NetworkPolicy
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
-
-if TYPE_CHECKING:
-    from rebench.environments.registry import Environment
 
 User = Literal["agent", "root", "scorer"]
 """Who runs a command: the agent under test, the harness, or the scoring helper
@@ -64,6 +61,9 @@ class SandboxSpec(BaseModel):
     environment: str
     profile: str
     image: str | None = None
+    """The Docker image to run (docker backend); rebench.sandboxes fills it in from the environment."""
+    python: str | None = None
+    """The environment's built python on the host (local backend); rebench.sandboxes fills it in."""
     cpus: float = 2.0
     memory_gb: float = 4.0
     gpus: list[int] = Field(default_factory=list)
@@ -196,8 +196,11 @@ class SandboxBackend:
     """What an entry point of group `rebench.sandboxes` names (`rebench.sandbox.factory`):
     how to make one attempt's sandbox, and whether the backend can run here now."""
 
-    create: Callable[[SandboxSpec, Environment], Sandbox]
-    """Build (not start) the attempt's sandbox for this environment; may raise SandboxStartError."""
+    create: Callable[[SandboxSpec, Any], Sandbox]
+    """Build (not start) the attempt's sandbox for this environment; may raise SandboxStartError. The
+    second argument is the environment (rebench.environments.registry.Environment), which this layer
+    never looks into: the built-in backends read what they need of it from the spec (`image`,
+    `python`), which rebench.sandboxes resolves before it calls `create`."""
     available: Callable[[], bool] = lambda: True
     """Whether the backend can run now (an engine answers); asked only to pick the default backend."""
     networks: frozenset[NetworkPolicy] = frozenset()

@@ -2,7 +2,7 @@
 
 A cast is one JSON header line ({"version": 2, "width", "height", "timestamp", ...}) and then
 one line per event, `[seconds since the start, "o" | "i", text]`: "o" what the terminal
-showed, "i" what the expert typed. The recorder is rebench/sandbox/human/gate.py.
+showed, "i" what the expert typed. The recorder is rebench/sandbox/human/relay.py.
 """
 
 from __future__ import annotations

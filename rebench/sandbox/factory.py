@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from importlib.metadata import EntryPoint
 
-from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.plugins import entry_points_by_name
-from rebench.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
+from rebench.sandbox.base import SandboxBackend
 
 ENTRY_POINT_GROUP = "rebench.sandboxes"
 DEFAULT_BACKEND = "docker"
@@ -66,7 +65,3 @@ def resolve_backend(requested: str | None) -> tuple[str, str | None]:
         return DEFAULT_BACKEND, None
     return FALLBACK_BACKEND, f"no Docker engine answered; using the {FALLBACK_BACKEND} backend"
 
-
-def create_sandbox(backend: str, spec: SandboxSpec, env: Environment) -> Sandbox:
-    """The runner's sandbox factory: build (not start) the attempt's sandbox on `backend`."""
-    return load_backend(backend).create(spec, env)

@@ -26,15 +26,13 @@ import time
 import uuid
 from pathlib import Path
 
-from rebench.environments.build import local_python
-from rebench.environments.registry import Environment
 from rebench.errors import RebenchError, SandboxError
+from rebench.harness_files import install_harness
 from rebench.paths import cache_dir
 from rebench.sandbox.agent_files import local_read, local_unpack, local_write, pack_folder
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.output import OutputCapture
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
-from rebench.scoring.harness_files import install_harness
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
@@ -384,15 +382,17 @@ class LocalSandbox:
         self._started = False
 
 
-def create_sandbox(spec: SandboxSpec, env: Environment) -> LocalSandbox:
-    """A fresh attempt folder under the cache, running the environment's local python."""
+def create_sandbox(spec: SandboxSpec, env: object = None) -> LocalSandbox:
+    """A fresh attempt folder under the cache, running `spec.python` (rebench.sandboxes resolves it)."""
     if spec.keep_alive:
         raise RebenchError("the local backend cannot run human attempts: it isolates nothing from the expert; "
                            "use the docker backend")
+    if spec.python is None:
+        raise RebenchError(f"no python for {spec.environment!r}: create it with rebench.sandboxes.create_sandbox")
     work = cache_dir() / "work"
     work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"attempt-{spec.attempt_id}-", dir=work))
-    return LocalSandbox(spec, root, python=str(local_python(env, spec.profile, build=False)))
+    return LocalSandbox(spec, root, python=spec.python)
 
 
 BACKEND = SandboxBackend(create=create_sandbox)

@@ -1,2 +1,2 @@
 """Scheduling attempts: durable leases (leases), the queue policy (policy), this host's queue
-(queue), the GPU inventory (inventory), and orphans and resume (resume). See docs/scheduling.md."""
+(queue), the GPU inventory (rebench.gpus), and orphans and resume (resume). See docs/scheduling.md."""

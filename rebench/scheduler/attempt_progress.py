@@ -19,10 +19,10 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.budget import format_duration
-from rebench.human.worktime import covered, merge
 from rebench.scheduler.progress import CampaignProgress
 from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, Event, Pause, ScoreEvent
+from rebench.store.worktime import covered, merge
 
 RECENT_EVENTS = 20
 """Newest events tried for the clock's origin (one inside an open pause cannot place it)."""

@@ -31,11 +31,12 @@ from typing import Any
 from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
+from rebench.attempt_outcome import AttemptOutcome
 from rebench.environments.metadata import EnvironmentMetadata
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.provenance import rebench_version
-from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
+from rebench.runner import AttemptRunner, RunHooks
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, join
 from rebench.store.db import Store
 from rebench.store.models import (

@@ -10,6 +10,19 @@ import math
 from collections.abc import Iterable
 from typing import Literal
 
+from pydantic import BaseModel
+
+
+class ResolvedAnchors(BaseModel):
+    """The anchors a normalized score is computed with, and where they came from (resolved by
+    rebench.calibration, or measured beside re-scores by rebench.scoring.window)."""
+
+    start: float
+    reference: float
+    kind: Literal["declared", "calibrated", "window"]
+    """`window`: measured beside the attempt's re-scores (rebench.scoring.window)."""
+    hardware: str | None = None
+
 
 def is_valid(value: float | None) -> bool:
     """A score that counts: present and finite."""

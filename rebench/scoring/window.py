@@ -30,9 +30,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from rebench.calibration import ResolvedAnchors
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
+from rebench.scoring.normalize import ResolvedAnchors
 from rebench.scoring.rescore import AnchorSolutions, WindowAnchors, rescore_median
 from rebench.store.models import ScoreEvent, ScoreKind
 

@@ -15,7 +15,7 @@ from typing import Any
 import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
-from rebench.errors import LimitExceeded, SandboxDied, SandboxError, SandboxStartError
+from rebench.errors import LimitExceeded, RebenchError, SandboxDied, SandboxError, SandboxStartError
 from rebench.network import NetworkPolicy
 from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
@@ -697,11 +697,10 @@ class DockerSandbox:
         await self._require_files().agent_copy_in(source_dir, dest)
 
 
-def create_sandbox(spec: SandboxSpec, env: Any) -> DockerSandbox:
-    """The factory's entry: the attempt runs in the environment's current image, which
-    must have been built (`rebench envs build ENV --profile P --backend docker`)."""
-    from rebench.images.build import current_environment_image
-
-    engine = DockerEngine.connect()
-    image = spec.image or current_environment_image(env, spec.profile, engine)
-    return DockerSandbox(spec.model_copy(update={"image": image}), engine=engine)
+def create_sandbox(spec: SandboxSpec, env: object = None) -> DockerSandbox:
+    """The factory's entry: the attempt runs in `spec.image`, which rebench.sandboxes resolves to the
+    environment's current image (built by `rebench envs build ENV --profile P --backend docker`)."""
+    if spec.image is None:
+        raise RebenchError(f"no image for environment {spec.environment!r} ({spec.profile}): "
+                           "create Docker sandboxes through rebench.sandboxes.create_sandbox")
+    return DockerSandbox(spec, engine=DockerEngine.connect())

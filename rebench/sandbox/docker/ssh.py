@@ -158,7 +158,7 @@ async def open_ssh(sandbox: DockerSandbox, public_key: str) -> None:
     key = check_public_key(public_key)
     if not sandbox.spec.keep_alive:
         raise SandboxError(f"attempt {sandbox.spec.attempt_id}: SSH needs a keep-alive sandbox")
-    for name in ("gate.py", "session.py"):
+    for name in ("gate.py", "relay.py", "session.py"):
         await sandbox.write_file(f"{SCRIPT_DIR}/{name}", (_SCRIPTS / name).read_bytes(), user="root", mode=0o755)
     await sandbox.write_file(TASK_CLIENT, (_SCRIPTS / "task.py").read_bytes(), user="root", mode=0o755)
     await sandbox.write_file(CONFIG_FILE, SSHD_CONFIG.encode(), user="root", mode=0o644)

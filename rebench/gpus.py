@@ -1,5 +1,6 @@
-"""The GPUs of this host, for `--gpus all`: what `nvidia-smi -L` lists (the same reading preflight uses,
-so the two never disagree; it comes with every NVIDIA driver, so no Python binding is needed).
+"""The GPUs of this host: what `nvidia-smi -L` lists, read by preflight, calibration's hardware
+fingerprint and the scheduler's `--gpus all` alike, so they never disagree (it comes with every NVIDIA
+driver, so no Python binding is needed). It sits below all three, which is why it is its own module.
 
 `REBENCH_FAKE_GPUS` (a count, or ids like `0,1,3`) stands in for the inventory where there is no
 GPU: tests and the makespan demo. It is never read when unset.
@@ -8,10 +9,33 @@ GPU: tests and the makespan demo. It is never read when unset.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 from rebench.errors import RebenchError
 
 FAKE_ENV = "REBENCH_FAKE_GPUS"
+
+
+def gpu_listing() -> list[str]:
+    """The lines of `nvidia-smi -L` ([] without the driver), one per GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line for line in listing.splitlines() if line.strip()]
+
+
+def gpu_inventory() -> list[int]:
+    """Device ids of the NVIDIA GPUs `nvidia-smi -L` lists here."""
+    ids = []
+    for line in gpu_listing():  # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+        head = line.split(":", 1)[0]
+        if head.startswith("GPU ") and head[4:].strip().isdigit():
+            ids.append(int(head[4:]))
+    return ids
 
 
 def _fake(text: str) -> list[int]:
@@ -28,8 +52,6 @@ def gpu_ids() -> list[int]:
     fake = os.environ.get(FAKE_ENV)
     if fake is not None:
         return _fake(fake)
-    from rebench.preflight import gpu_inventory
-
     return gpu_inventory()
 
 

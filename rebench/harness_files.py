@@ -23,8 +23,8 @@ from pathlib import Path
 
 from rebench.paths import cache_dir
 
-HELPER = Path(__file__).resolve().with_name("score_helper.py")
-KIT = Path(__file__).resolve().parents[1] / "kit"
+HELPER = Path(__file__).resolve().parent / "scoring" / "score_helper.py"
+KIT = Path(__file__).resolve().parent / "kit"
 _STUB = b'"""The part of rebench that a sandbox holds: the environment kit (rebench/kit)."""\n'
 
 
