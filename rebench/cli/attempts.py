@@ -206,6 +206,9 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         if human is not None:
             detail.update(_human_detail(session, attempt, human))
         detail["window_anchors"] = _window_detail(attempt, session)
+        from rebench.rescoring.view import attempt_rescores
+
+        detail["rescores"] = attempt_rescores(session, attempt_id)
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -232,6 +235,10 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
     if detail["window_anchors"] is not None:
         console.print(Text(_window_line(detail["window_anchors"])))
+    from rebench.rescoring.view import rescore_lines
+
+    for line in rescore_lines(detail["rescores"], detail["final_raw"], detail["normalized"]):
+        console.print(Text(line))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:

@@ -82,6 +82,9 @@ class ScoreRow(BaseModel):
     rule_mean: float | None = Field(
         None, description="where runs were re-scored: `mean` by RE-Bench's own rule (the best single score call)"
     )
+    original_mean: float | None = Field(
+        None, description="with `report --rescored RUN`: `mean` as originally scored (the re-scored runs' own scores)"
+    )
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -121,6 +124,7 @@ class AttemptSummary(BaseModel):
     rule_mean: float | None = Field(None, description="mean normalized score by RE-Bench's own rule (best "
                                     "intermediate score); set when some attempts were re-scored")
     gateway: MeterUsage | None = Field(None, description="the agent's model gateway usage, summed over the attempts")
+    original_mean: float | None = Field(None, description="with `report --rescored RUN`: `mean` as originally scored")
 
 
 class AgentSummary(BaseModel):
@@ -259,6 +263,8 @@ class _Builder:
         rule_means = [float(np.mean([value if run.rule_score is None else run.rule_score
                                      for value, run in scored[env]])) for env in result.environments]
         gateways = [gateway_total(run for _, run in scored[env]) for env in result.environments]
+        originals = [[run.original_score for _, run in scored[env]] for env in result.environments]
+        original_means = [None if None in o else float(np.mean(o)) for o in originals]  # type: ignore[arg-type]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -290,6 +296,7 @@ class _Builder:
                         above_2=high[i],
                         rescored=rescored[i],
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
+                        original_mean=None if alloc.truncated else original_means[i],
                         **_gateway_fields(gateways[i]),
                         **common,
                     )
@@ -311,6 +318,8 @@ class _Builder:
                     above_2=sum(high),
                     rescored=sum(rescored),
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
+                    original_mean=(None if alloc.truncated or None in original_means
+                                   else float(np.mean(original_means))),  # type: ignore[arg-type]
                     **_gateway_fields(gateway_sum(gateways)),
                     **common,
                 )
@@ -425,6 +434,8 @@ def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             rule_mean=(float(np.mean([r.score if r.rule_score is None else r.rule_score for r in members]))
                        if any(r.rule_score is not None for r in members) else None),
             gateway=gateway_total(members),
+            original_mean=(None if any(r.original_score is None for r in members)
+                           else float(np.mean([r.original_score for r in members]))),
         )
         for (env, agent, source, budget), members in sorted(groups.items())
     ]

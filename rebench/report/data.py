@@ -81,6 +81,9 @@ class RunRecord:
     """The agent's model tokens (input + output); None where no model was recorded."""
     working_s: float | None = None
     """Working time the attempt used (own attempts); None for imported runs."""
+    original_score: float | None = None
+    """With `report --rescored RUN` (rebench.rescoring.view): the score as originally recorded, `score`
+    being the re-score; None otherwise."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""

@@ -259,7 +259,8 @@ def _tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Table_]
                     format_duration(a.budget_s),
                     str(a.n),
                     str(a.not_submitted),
-                    _f(a.mean) + (f" (rule {_f(a.rule_mean)})" if a.rule_mean is not None else ""),
+                    _f(a.mean) + (f" (rule {_f(a.rule_mean)})" if a.rule_mean is not None else "")
+                    + (f" (original {_f(a.original_mean)})" if a.original_mean is not None else ""),
                     _f(a.best),
                     a.anchors + (f", {a.rescored} re-scored" if a.rescored else ""),
                 ]

@@ -6,8 +6,9 @@ Its final rule decides which are re-scored:
 
 - `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or,
   where it was never re-scored (interrupted), the ones that rule picks from its score calls now;
-- otherwise (`best`, `last`): the solution it ended with, the only one kept. Under `best` this is
-  the final solution's score, not that of the best call, whose solution was not kept.
+- otherwise (`best`, `last`, or nothing kept at score calls): the solution it ended with, the
+  only one kept. Under `best` this is the final solution's score, not that of the best call,
+  whose solution was not kept.
 
 A snapshot cut by the snapshot budget is not the solution that was scored, so it is never
 re-scored; a candidate snapshot whose content no longer matches its recorded digest is refused
@@ -136,7 +137,9 @@ def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> At
     snapshots = [e.data for e in session.scalars(select(Event).where(
         Event.attempt_id == attempt.id, Event.kind == EventKind.SNAPSHOT).order_by(Event.seq))]
     at_calls = [d for d in snapshots if d.get("score_id") is not None and d.get("path")]
-    if attempt.final_rule == RULE_RESCORE or at_calls:
+    rescored = session.scalars(select(ScoreEvent.id).where(ScoreEvent.attempt_id == attempt.id,
+                                                           ScoreEvent.kind == ScoreKind.RESCORE)).first()
+    if rescored is not None or at_calls:
         return _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
     return _final(attempt, [d for d in snapshots if d.get("score_id") is None])
 
@@ -159,24 +162,22 @@ def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | s
 
 def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, object]], count: int,
                 direction: str) -> AttemptPlan | str:
-    """The snapshots its re-scoring used, in the order it used them; else the best `count` now."""
+    """The snapshots its re-scoring used (named by its `rescore` rows, in their order); where it was
+    never re-scored, the best `count` of its score calls' snapshots, picked as that rule picks."""
     raws = {e.id: e.raw for e in session.scalars(select(ScoreEvent).where(
         ScoreEvent.attempt_id == attempt.id, ScoreEvent.kind == ScoreKind.INTERMEDIATE))}
-    taken = [ScoreSnapshot(path=str(d["path"]), sha256=d.get("sha256"),  # type: ignore[arg-type]
-                           score_id=int(str(d["score_id"])), raw=raws.get(int(str(d["score_id"]))))
-             for d in at_calls]
-    used: list[int] = []
+    chosen: list[ScoreSnapshot] = []
     for event in session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id,
                                                           ScoreEvent.kind == ScoreKind.RESCORE)
                                  .order_by(ScoreEvent.id)):
-        of = event.details.get("rescore_of")
-        if isinstance(of, int) and of not in used:
-            used.append(of)
+        of, path, digest = (event.details.get(key) for key in ("rescore_of", "snapshot", "sha256"))
+        if isinstance(of, int) and path and of not in {c.score_id for c in chosen}:
+            chosen.append(ScoreSnapshot(path=str(path), sha256=digest, score_id=of, raw=raws.get(of)))
     skipped: list[str] = []
-    if used:
-        by_id = {s.score_id: s for s in taken}
-        chosen = [by_id[i] for i in used if i in by_id]
-    else:
+    if not chosen:
+        taken = [ScoreSnapshot(path=str(d["path"]), sha256=d.get("sha256"),
+                               score_id=int(str(d["score_id"])), raw=raws.get(int(str(d["score_id"]))))
+                 for d in at_calls]
         chosen, skipped = choose_candidates(taken, count, "lower" if direction == "lower" else "higher")
     if not chosen:
         why = "; ".join(skipped) if skipped else "no valid score call had a kept snapshot"

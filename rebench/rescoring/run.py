@@ -96,7 +96,8 @@ def _open_run(store: Store, selection: Selection, backend: str, parallel: int, p
             RescoreRun.status != RescoreRunStatus.DONE, RescoreRun.backend == backend,
             RescoreRun.hardware == hardware.key).order_by(RescoreRun.id.desc())).all()
         for run in previous:
-            if run.selection != selection.key() or _environments_key(run.environments) != _environments_key(environments):
+            same = _environments_key(run.environments) == _environments_key(environments)
+            if run.selection != selection.key() or not same:
                 continue
             if _alive(run.pid, run.host):
                 raise RebenchError(f"rescore run {run.id} of this selection is still running (pid {run.pid}); "

@@ -17,7 +17,6 @@ from rebench.store.models import (
 )
 from rebench.store.rescores import Rescore, RescoreRun
 
-
 __all__ = [
     "Attempt", "AttemptStatus", "Calibration", "Campaign", "CampaignStatus", "ErrorSource", "Event", "EventKind",
     "LimitReason", "Pause", "Rescore", "RescoreRun", "ScoreEvent", "ScoreKind", "Store", "default_db_path",
