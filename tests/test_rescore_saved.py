@@ -4,6 +4,7 @@ of a sandbox, `V/S` after sleeping S seconds)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -179,10 +180,8 @@ def test_a_killed_rescore_is_finished_by_the_next_call_without_duplicates(fixtur
     first: list[tuple] = []
     while time.monotonic() < deadline and not first:
         time.sleep(0.05)
-        try:
+        with contextlib.suppress(sqlite3.OperationalError):  # the tables are not there yet
             first = rows(db_path, "select id, attempt_id from rescores")
-        except sqlite3.OperationalError:  # the tables are not there yet
-            pass
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert first, "no attempt was re-scored within a minute"
