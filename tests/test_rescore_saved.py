@@ -196,3 +196,21 @@ def test_a_killed_rescore_is_finished_by_the_next_call_without_duplicates(fixtur
                          "from rescores") == [(3, 3, 3.0, 3.0)]
     assert set(done) <= set(rows(db_path, "select id, attempt_id from rescores"))  # the first rows stay as written
     assert rows(db_path, "select id, status from rescore_runs") == [(1, "done")]
+
+
+@pytest.mark.docker
+def test_rescore_on_the_docker_backend(fixture_envs: Path, tmp_path: Path, db_path: Path) -> None:
+    """Attempts run on the local backend, re-scored in fresh containers: the snapshots travel into them."""
+    from .docker_support import base_image, docker_engine
+
+    base_image(docker_engine())
+    campaign(tmp_path, db_path, fixture_envs, [
+        {"write_file": {"path": "value.txt", "content": "cycle 9 2 6 7"}}, {"score": {}},
+        {"write_file": {"path": "value.txt", "content": "cycle 8 7 7 7"}}, {"score": {}}, {"submit": None}],
+        "--profile", "rescore")
+    result = run_cli("rescore", "--campaign", "1", "--backend", "docker", "--db", str(db_path),
+                     env={"REBENCH_ENVIRONMENTS": str(fixture_envs)})
+    assert result.returncode == 0, result.stderr
+    (raw, kind, backend), = rows(db_path, "select final_raw, anchors_kind, backend from rescores "
+                                          "join rescore_runs on rescore_runs.id = rescores.run_id")
+    assert (raw, kind, backend) == (7.0, "window", "docker")
