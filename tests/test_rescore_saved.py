@@ -60,7 +60,7 @@ def test_rescore_a_campaign_after_its_anchors_and_scorer_changed(fixture_envs: P
     toml = fixture_envs / "counter" / "environment.toml"
     edit(toml, 'reference = 11.0, source = "by construction" }', 'reference = 21.0, source = "re-measured" }')
     edit(fixture_envs / "counter" / "scoring" / "score.py", "value = float(text)", "value = float(text) + 1")
-    result = rescore(db_path, fixture_envs, "--campaign", "1", "--json")
+    result = rescore(db_path, fixture_envs, "--campaign", "1", "--json", "--parallel", "2")
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout)
     assert outcome["rescored"] == {"1": pytest.approx(0.25), "2": pytest.approx(0.25)} and not outcome["skipped"]
