@@ -37,6 +37,7 @@ from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
+from rebench.scoring.heldout import heldout_skip, score_heldout
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.rescore import (
     RULE_ONLY,
@@ -396,7 +397,9 @@ class AttemptRunner:
             if sandbox is not None:
                 killed: int | None = None
                 kill_error: str | None = None
-                if rescoring:  # nothing the agent started may run on while its solution is copied and re-scored
+                split = self._profile_of(attempt_id)
+                heldout = split.final_split is not None
+                if rescoring or heldout:  # nothing the agent started may run on while its solution is scored
                     try:
                         killed = await sandbox.kill_agent_processes()
                     except Exception as exc:
@@ -411,6 +414,10 @@ class AttemptRunner:
                     snapshot = str(target)
                     with contextlib.suppress(Exception):
                         recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
+                if heldout:  # before re-scoring, which lays other solutions into the folder
+                    with contextlib.suppress(Exception):
+                        await score_heldout(sandbox, split, recorder, tokens=tokens, skip=heldout_skip(
+                            outcome.status, outcome.error_source, kill_error))
                 if rescoring:
                     try:
                         summary = await self._rescore(attempt_id, outcome, sandbox, recorder,
@@ -475,6 +482,10 @@ class AttemptRunner:
             direction=profile.direction, timeout_s=profile.score_timeout_s,
             record=lambda result, kind, extra: recorder.score(result, kind, extra),
             log=lambda message: self.progress(attempt_id, message), tokens=tokens, anchors=anchors)
+
+    def _profile_of(self, attempt_id: int) -> Profile:
+        with self.store.session() as session:
+            return self.env.profile(session.get_one(Attempt, attempt_id).profile)
 
     def _last_valid_score(self, attempt_id: int) -> ScoreEvent | None:
         with self.store.session() as session:

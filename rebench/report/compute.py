@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage
+from rebench.report import heldout
 from rebench.report.allocation import CURVE_KS, Allocation, allocation_for
 from rebench.report.bootstrap import (
     DEFAULT_N_BOOTSTRAP,
@@ -125,6 +126,9 @@ class AttemptSummary(BaseModel):
                                     "intermediate score); set when some attempts were re-scored")
     gateway: MeterUsage | None = Field(None, description="the agent's model gateway usage, summed over the attempts")
     original_mean: float | None = Field(None, description="with `report --rescored RUN`: `mean` as originally scored")
+    heldout_mean: float | None = Field(None, description="final on held-out: mean normalized held-out final score "
+                                       "of the attempts that have one (rebench.report.heldout)")
+    heldout_n: int = 0
 
 
 class AgentSummary(BaseModel):
@@ -141,6 +145,13 @@ class AgentSummary(BaseModel):
     score: float | None
     allocation_without_above_2: str | None = None
     score_without_above_2: float | None = None
+    heldout_gap: float | None = Field(None, description="mean of best intermediate minus held-out final (normalized)")
+    heldout_gap_low: float | None = None
+    heldout_gap_high: float | None = None
+    heldout_n: int = 0
+    probing: int = Field(0, description="attempts whose held-out final is more than the split's margin below "
+                         "their best intermediate score")
+    calls_per_hour: float | None = Field(None, description="mean intermediate score calls per working hour")
 
 
 class HeadlineRow(BaseModel):
@@ -436,6 +447,7 @@ def _summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             gateway=gateway_total(members),
             original_mean=(None if any(r.original_score is None for r in members)
                            else float(np.mean([r.original_score for r in members]))),
+            **heldout.summary_fields(members),
         )
         for (env, agent, source, budget), members in sorted(groups.items())
     ]
@@ -523,6 +535,7 @@ def _agent_summaries(
             total_s=total_s,
             allocation=_label(best) if best else None,
             score=best.point if best else None,
+            **heldout.agent_fields(runs, builder.settings.n_bootstrap, builder.settings.seed),
         )
         if summary.above_2:
             kept = [r for r in runs if r.score <= PLAUSIBLE_MAX]
