@@ -152,7 +152,7 @@ def test_bad_input_is_one_line_and_writes_nothing(fixture_envs: Path, tmp_path: 
         (("--attempt", "9"), "no attempt with id 9"),
         (("--campaign", "4"), "no campaign 4 in this database; campaigns there: 1"),
         (("--env", "nope"), "unknown environment 'nope'; allowed:"),
-        (("--env", "gateway_echo"), "nothing to re-score: no attempts match"),
+        (("--env", "gateway_echo"), "nothing to re-score: no attempts of environment(s) gateway_echo"),
         ((), "give exactly one of --attempt ID"),
         (("--attempt", "1", "--campaign", "1"), "give exactly one of --attempt ID"),
         (("--attempt", "1", "--parallel", "0"), "invalid --parallel 0"),

@@ -44,6 +44,13 @@ class Selection(BaseModel):
     campaign: int | None = None
     environments: list[str] = Field(default_factory=list)
 
+    def describe(self) -> str:
+        if self.attempts:
+            return "attempt(s) " + ", ".join(map(str, sorted(set(self.attempts))))
+        if self.campaign is not None:
+            return f"campaign {self.campaign}"
+        return "environment(s) " + ", ".join(sorted(set(self.environments)))
+
     def key(self) -> dict[str, object]:
         if self.attempts:
             return {"attempts": sorted(set(self.attempts))}

@@ -135,7 +135,7 @@ def rescore_attempts(store: Store, selection: Selection, *, backend: str, parall
     with store.session() as session:
         ids = selected_ids(session, selection, registry)
     if not ids:
-        raise RebenchError(f"nothing to re-score: no attempts match {selection.key()}")
+        raise RebenchError(f"nothing to re-score: no attempts of {selection.describe()} in this database")
     plan = plan_attempts(store, ids, registry)
     environments = _environments(store, registry, plan)
     run_id, resumed = _open_run(store, selection, backend, parallel, plan, environments, ids)
