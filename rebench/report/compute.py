@@ -86,6 +86,8 @@ class ScoreRow(BaseModel):
     original_mean: float | None = Field(
         None, description="with `report --rescored RUN`: `mean` as originally scored (the re-scored runs' own scores)"
     )
+    heldout_mean: float | None = Field(None, description="final on held-out: the mean normalized held-out final of "
+                                       "the runs that have one (profiles with `final_split`)")
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -276,6 +278,8 @@ class _Builder:
         gateways = [gateway_total(run for _, run in scored[env]) for env in result.environments]
         originals = [[run.original_score for _, run in scored[env]] for env in result.environments]
         original_means = [None if None in o else float(np.mean(o)) for o in originals]  # type: ignore[arg-type]
+        heldouts = [heldout.summary_fields([run for _, run in scored[env]]).get("heldout_mean")
+                    for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -308,6 +312,7 @@ class _Builder:
                         rescored=rescored[i],
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
                         original_mean=None if alloc.truncated else original_means[i],
+                        heldout_mean=None if alloc.truncated else heldouts[i],
                         **_gateway_fields(gateways[i]),
                         **common,
                     )
