@@ -60,6 +60,8 @@ def test_an_agent_tuned_to_the_intermediate_split_shows_a_gap(fixture_envs: Path
     assert summary["replay"].heldout_mean == pytest.approx(0.2) and summary["replay"].mean == pytest.approx(0.8)
     rows = {r.agent: r for r in made.rows if r.environment == "counter"}
     assert rows["replay"].heldout_mean == pytest.approx(0.2) and rows["reference"].heldout_mean == pytest.approx(1.0)
+    shown = " ".join(run_cli("attempts", "show", "1", "--db", str(db_path), env=env).stdout.split())
+    assert "held-out final 0.200 vs best intermediate 0.800: gap 0.600 (flagged: probing)" in shown
     text = " ".join(run_cli("report", "--budgets", "2m", "--at", "2m", "--n-bootstrap", "50", "--db", str(db_path),
                             env=env).stdout.split())
     assert "0.800 (held-out 0.200)" in text and "0.600 [0.600, 0.600] (2/2;" in text and "final on held-out" in text

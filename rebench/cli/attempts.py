@@ -209,6 +209,10 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         from rebench.rescoring.view import attempt_rescores
 
         detail["rescores"] = attempt_rescores(session, attempt_id)
+        from rebench.report.heldout import attempt_detail
+
+        detail["probing"] = attempt_detail(store, attempt, list(session.scalars(
+            select(ScoreEvent).where(ScoreEvent.attempt_id == attempt_id).order_by(ScoreEvent.id))))
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -239,6 +243,11 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
 
     for line in rescore_lines(detail["rescores"], detail["final_raw"], detail["normalized"]):
         console.print(Text(line))
+    from rebench.report.heldout import attempt_line
+
+    probing = attempt_line(detail["probing"])
+    if probing:
+        console.print(Text(probing))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rebench.calibration import ResolvedAnchors
     from rebench.environments.metadata import Profile
     from rebench.report.data import RunRecord
-    from rebench.store import Attempt, ScoreEvent
+    from rebench.store import Attempt, ScoreEvent, Store
 
 GAP_NOTE = ("final on held-out: the solution an attempt ended with, scored after it on a hidden split no score "
             "call used (profiles with `final_split`); gap = best intermediate score minus held-out final, both "
@@ -80,3 +80,29 @@ def agent_fields(runs: Sequence[RunRecord], n_bootstrap: int, seed: int) -> dict
 
 def notes(runs: Sequence[RunRecord]) -> list[str]:
     return [GAP_NOTE] if any(r.heldout_score is not None for r in runs) else []
+
+
+def attempt_detail(store: Store, attempt: Attempt, events: Sequence[ScoreEvent]) -> dict[str, Any]:
+    """`attempts show`: score calls per working hour, and where there is a held-out final, it beside
+    the best intermediate score with the gap and the probing flag (normalized)."""
+    from rebench.calibration import resolve_anchors
+    from rebench.report.known_environments import default_info
+
+    env = default_info().folder(attempt.environment)
+    spec = None
+    if env is not None and attempt.profile in env.metadata.profiles:
+        spec = (env.profile(attempt.profile), resolve_anchors(store, env, attempt.profile))
+    fields = heldout_fields(attempt, events, spec)
+    if fields.get("heldout_score") is not None:
+        fields["gap"] = fields["best_intermediate"] - fields["heldout_score"]
+    return fields
+
+
+def attempt_line(detail: dict[str, Any]) -> str | None:
+    rate = detail.get("calls_per_hour")
+    calls = f"score calls per working hour: {rate:.1f}" if rate is not None else None
+    if detail.get("heldout_score") is None:
+        return calls
+    flag = " (flagged: probing)" if detail.get("probing") else ""
+    return (f"held-out final {detail['heldout_score']:.3f} vs best intermediate {detail['best_intermediate']:.3f}: "
+            f"gap {detail['gap']:.3f}{flag}" + (f"; {calls}" if calls else ""))
