@@ -65,3 +65,9 @@ def test_an_agent_tuned_to_the_intermediate_split_shows_a_gap(fixture_envs: Path
     text = " ".join(run_cli("report", "--budgets", "2m", "--at", "2m", "--n-bootstrap", "50", "--db", str(db_path),
                             env=env).stdout.split())
     assert "0.800 (held-out 0.200)" in text and "0.600 [0.600, 0.600] (2/2;" in text and "final on held-out" in text
+    # `rebench rescore` takes the held-out final again too, from the final snapshot
+    rescored = run_cli("rescore", "--attempt", "1", "--backend", "local", "--db", str(db_path), env=env)
+    assert rescored.returncode == 0, rescored.stderr
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("select final_raw, heldout_raw, heldout_normalized from rescores").fetchall() == [
+            (9.0, 5.0, pytest.approx(0.2))]

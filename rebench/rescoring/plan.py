@@ -68,6 +68,8 @@ class AttemptPlan(BaseModel):
     rule: str
     candidates: list[ScoreSnapshot]
     skipped_snapshots: list[str] = Field(default_factory=list)
+    final_snapshot: str | None = None
+    """The solution it ended with, kept whole: scored on the held-out split where the profile has one."""
 
 
 class Plan(BaseModel):
@@ -146,9 +148,13 @@ def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> At
     at_calls = [d for d in snapshots if d.get("score_id") is not None and d.get("path")]
     rescored = session.scalars(select(ScoreEvent.id).where(ScoreEvent.attempt_id == attempt.id,
                                                            ScoreEvent.kind == ScoreKind.RESCORE)).first()
+    finals = [d for d in snapshots if d.get("score_id") is None]
     if rescored is not None or at_calls:
-        return _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
-    return _final(attempt, [d for d in snapshots if d.get("score_id") is None])
+        plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
+        if isinstance(plan, AttemptPlan) and isinstance(_final(attempt, finals), AttemptPlan):
+            plan.final_snapshot = attempt.snapshot_path
+        return plan
+    return _final(attempt, finals)
 
 
 def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | str:
@@ -164,7 +170,7 @@ def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | s
     snapshot = ScoreSnapshot(path=str(path), sha256=folder_digest(path), score_id=FINAL_SNAPSHOT_ID,
                              raw=attempt.final_raw if attempt.final_raw is not None else 0.0)
     return AttemptPlan(attempt_id=attempt.id, environment=attempt.environment, profile=attempt.profile,
-                       rule=RULE_FINAL, candidates=[snapshot])
+                       rule=RULE_FINAL, candidates=[snapshot], final_snapshot=str(path))
 
 
 def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, object]], count: int,

@@ -22,7 +22,8 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 from sqlalchemy import select
@@ -39,6 +40,9 @@ from rebench.scoring.window import anchor_solutions, resolved
 from rebench.store.db import Store
 from rebench.store.models import ScoreKind
 from rebench.store.rescores import Rescore, RescoreRun, RescoreRunStatus, RescoreStatus
+
+if TYPE_CHECKING:
+    from rebench.sandbox.base import Sandbox
 
 Log = Callable[[str], None]
 
@@ -205,6 +209,18 @@ def _built(todo: list[AttemptPlan], registry: EnvironmentRegistry, build: Callab
     return kept
 
 
+async def _score_heldout(sandbox: Sandbox, final: Path, timeout_s: float) -> ScoreResult:
+    """The solution the attempt ended with, scored on the held-out split (rebench.scoring.heldout)."""
+    from rebench.environments.install import FINAL_PARAMS_FILE
+    from rebench.scoring.rescore import restore_layers
+    from rebench.scoring.run import run_scoring
+
+    error = await restore_layers(sandbox, [final])
+    if error is not None:
+        return ScoreResult(raw=None, message={"error": error})
+    return await run_scoring(sandbox, timeout_s, params=FINAL_PARAMS_FILE)
+
+
 def _write(store: Store, row: Rescore) -> None:
     with store.session() as session:
         session.add(row)
@@ -261,6 +277,10 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
         summary = await rescore(sandbox, item.candidates, candidates=len(item.candidates), repeats=repeats,
                                 direction=profile.direction, timeout_s=profile.score_timeout_s, record=record,
                                 log=lambda m: log(f"attempt {item.attempt_id}: {m}"), anchors=solutions)
+        heldout = None
+        if profile.final_split is not None and item.final_snapshot is not None:
+            heldout = await _score_heldout(sandbox, Path(item.final_snapshot), profile.score_timeout_s)
+            record(heldout, ScoreKind.HELDOUT, {"snapshot": item.final_snapshot, "split": "final"})
     finally:
         with contextlib.suppress(Exception):
             await sandbox.stop()
@@ -271,5 +291,9 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
                    final_raw=summary.final_raw,
                    final_normalized=normalize(summary.final_raw, anchors.start, anchors.reference),
                    anchors_start=anchors.start, anchors_reference=anchors.reference, anchors_kind=anchors.kind,
+                   heldout_raw=heldout.raw if heldout is not None and heldout.valid else None,
+                   heldout_normalized=(None if heldout is None or profile.final_split is None else normalize(
+                       heldout.raw if heldout.valid else None, profile.final_split.anchors.start,
+                       profile.final_split.anchors.reference)),
                    scores=calls, skipped_snapshots=[*item.skipped_snapshots, *summary.skipped],
                    duration_s=time.monotonic() - began)

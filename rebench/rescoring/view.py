@@ -42,8 +42,10 @@ def use_rescores(store: Store, data: ReportData, run_id: int) -> ReportData:
         row = rows.get(record.attempt_id)
         if row is None or row.final_normalized is None:
             continue
+        heldout = record.heldout_score if row.heldout_normalized is None else row.heldout_normalized
         runs.append(replace(record, score=float(row.final_normalized), original_score=record.score,
-                            anchors=row.anchors_kind or record.anchors, rule_score=None, curve=None))
+                            anchors=row.anchors_kind or record.anchors, rule_score=None, curve=None,
+                            heldout_score=heldout))
     notes = [f"scores re-scored by rescore run {run_id} ({described}; {status}); `original` is each attempt's "
              "score as first recorded, normalized with the anchors in force"]
     left = len(data.runs) - len(runs)
@@ -62,6 +64,7 @@ def attempt_rescores(session: Session, attempt_id: int) -> list[dict[str, Any]]:
             "run": run.id, "when": run.created_at.isoformat(), "status": row.status.value, "reason": row.reason,
             "rule": row.rule, "env_version": row.env_version, "content_hash": row.content_hash,
             "raw": row.final_raw, "normalized": row.final_normalized,
+            "heldout_raw": row.heldout_raw, "heldout_normalized": row.heldout_normalized,
             "anchors": {"start": row.anchors_start, "reference": row.anchors_reference, "kind": row.anchors_kind},
             "calls": len(calls), "invalid": sum(1 for c in calls if not c.get("valid")),
             "hardware": run.hardware_description, "backend": run.backend,

@@ -72,6 +72,9 @@ class Rescore(Base):
     anchors_start: Mapped[float | None] = mapped_column(Float)
     anchors_reference: Mapped[float | None] = mapped_column(Float)
     anchors_kind: Mapped[str | None] = mapped_column(String(16))
+    heldout_raw: Mapped[float | None] = mapped_column(Float)
+    """Profiles with `final_split`: the final snapshot scored again on the held-out split."""
+    heldout_normalized: Mapped[float | None] = mapped_column(Float)
     scores: Mapped[list[Any]] = mapped_column(JSON, default=list)
     """Every score call of the re-scoring: kind, raw, valid, message, and which snapshot."""
     skipped_snapshots: Mapped[list[Any]] = mapped_column(JSON, default=list)

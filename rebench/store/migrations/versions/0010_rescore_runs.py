@@ -47,6 +47,8 @@ def upgrade() -> None:
         sa.Column("anchors_start", sa.Float, nullable=True),
         sa.Column("anchors_reference", sa.Float, nullable=True),
         sa.Column("anchors_kind", sa.String(16), nullable=True),
+        sa.Column("heldout_raw", sa.Float, nullable=True),
+        sa.Column("heldout_normalized", sa.Float, nullable=True),
         sa.Column("scores", sa.JSON, nullable=False),
         sa.Column("skipped_snapshots", sa.JSON, nullable=False),
         sa.Column("duration_s", sa.Float, nullable=False),
