@@ -34,6 +34,7 @@ from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
 from rebench.gateway.attempt import AttemptGateway
 from rebench.network import NetworkPolicy, effective_network, parse_network
+from rebench.provenance import rebench_version
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.factory import create_sandbox
 from rebench.sandbox.snapshot import SnapshotBudget
@@ -229,7 +230,8 @@ class AttemptRunner:
         network = effective_network(self.network, profile.network)
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
-                         pid=os.getpid(), network=network)
+                         pid=os.getpid(), network=network, rebench_version=rebench_version(),
+                         env_hash=self.env.content_hash(profile_name))
         else:
             self._update(attempt_id, pid=os.getpid())
         try:

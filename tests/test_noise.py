@@ -17,6 +17,7 @@ from rebench import api
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.noise import PAPER_START_SD, NoiseSamples, paper_start_sd, summarize
+from rebench.provenance import rebench_version
 from rebench.report.known_environments import RE_BENCH_ENVIRONMENTS
 
 from .conftest import REPO, run_main
@@ -106,6 +107,7 @@ def test_command_measures_stores_and_envs_show_prints_it(noisy_envs: Path, db_pa
     printed = json.loads(out)
     (stored, samples), = rows(db_path, "select summary, samples from noise_measurements")
     stored, samples = json.loads(stored), json.loads(samples)
+    assert printed.pop("generated_by") == {"rebench_version": rebench_version()}  # which rebench printed it
     assert {k: v for k, v in printed.items() if k != "created_at"} == stored
     starts = [v for group in samples["start"] for v in group]
     assert len(samples["start"]) == 4 and all(len(group) == 1 for group in samples["start"])  # tiny: final = best

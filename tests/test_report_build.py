@@ -261,4 +261,17 @@ def test_score_at_k_beyond_the_data_is_marked_or_left_out(fixture_envs: Path, tm
     assert strict is not None
     assert {row.total_s for row in strict.rows} == {3600.0}
     assert any("--strict left out" in note for note in strict.notes)
+    # the plots mark them too: a cross and the run count on the line, a hatched bar with its n
+    from rebench.report import plots
+
+    def texts(figure) -> list[str]:
+        return [t.get_text() for axes in figure.axes for t in axes.texts] + [figure.axes[0].get_title()]
+
+    curve = texts(plots.score_vs_budget_figure(report))
+    assert "†n=2" in curve and any(plots.BEYOND_NOTE in t for t in curve)
+    bars = plots.per_environment_figure(report, 8 * 3600)
+    assert "†n=2" in texts(bars) and any(p.get_hatch() == "//" for p in bars.axes[0].patches)
+    plain = texts(plots.per_environment_figure(report, 3600))
+    assert "n=2" in plain and not any("†" in t for t in plain)
+    assert not any("†" in t for t in texts(plots.score_vs_budget_figure(strict)))
     store.close()

@@ -105,13 +105,9 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from rebench.provenance import rebench_version
 
-        try:
-            found = version("rebench")
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            found = "unknown (not installed)"
-        print(f"rebench {found}")
+        print(f"rebench {rebench_version()}")
         raise typer.Exit()
 
 

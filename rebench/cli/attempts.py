@@ -63,7 +63,17 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         # how final_raw was taken, and RE-Bench's own rule beside it (they differ when re-scored)
         "final_rule": a.final_rule, "rule_raw": a.rule_raw, "rule_normalized": a.rule_normalized,
         "network": a.network,
+        # which rebench and which exact environment folder ran it (rebench.provenance, Environment.content_hash)
+        "rebench_version": a.rebench_version, "env_hash": a.env_hash,
     }
+
+
+def provenance_line(detail: dict[str, Any]) -> str:
+    """Which code produced the attempt: the rebench that ran it and its environment's content hash."""
+    env = f"{detail['environment']} {detail['env_version'] or '(no version)'}"
+    if detail["rebench_version"] is None:
+        return f"ran on {env}; rebench version and environment hash not recorded ({detail['source']} attempt)"
+    return f"ran on rebench {detail['rebench_version']}, {env} (content hash {detail['env_hash']})"
 
 
 def _cell(value: Any) -> str:
@@ -237,6 +247,7 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         highlight=False,
     )
     console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
+    console.print(Text(provenance_line(detail)))
     if detail["window_anchors"] is not None:
         console.print(Text(_window_line(detail["window_anchors"])))
     from rebench.rescoring.view import rescore_lines

@@ -57,7 +57,12 @@ def _clean(value: Any) -> Any:
 
 
 def print_json(document: Any) -> None:
-    """Write JSON straight to stdout (not through rich, which would wrap long lines)."""
+    """Write JSON straight to stdout (not through rich, which would wrap long lines). An object
+    document says which rebench printed it (`generated_by`); a list's rows stay plain records."""
+    if isinstance(document, dict):
+        from rebench.provenance import rebench_version
+
+        document = {**document, "generated_by": {"rebench_version": rebench_version()}}
     typer.echo(json.dumps(_clean(document), indent=2, default=str))
 
 

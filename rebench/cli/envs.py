@@ -64,7 +64,8 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
     noise = noise_measured(env, db)
     if json_output:
         print_json({"metadata": env.metadata.model_dump(), "root": str(env.root), "anchors_in_use": resolved,
-                    "noise_here": {p: m.model_dump(mode="json") if m else None for p, m in noise.items()}})
+                    "noise_here": {p: m.model_dump(mode="json") if m else None for p, m in noise.items()},
+                    "content_hashes": {p: env.content_hash(p) for p in env.metadata.profiles}})
         return
     meta = env.metadata
     console.print(f"[bold]{meta.title}[/] ({meta.name} {meta.version})\n{meta.summary}\nfolder: {env.root}")
@@ -73,6 +74,7 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
         console.print(
             f"\n[bold]{profile_name}[/]: {profile.description}\n"
             f"  hardware: {profile.hardware}\n"
+            f"  content hash: {env.content_hash(profile_name)} (the key of its images and built assets)\n"
             f"  resources: {profile.resources.gpus} GPU, {profile.resources.cpus:g} CPU, "
             f"{profile.resources.memory_gb:g} GB\n"
             f"  score: {profile.direction} is better, final = {_final_text(profile)}, "

@@ -27,6 +27,7 @@ from sqlalchemy import select
 
 from rebench.errors import RebenchError
 from rebench.export import Anchors, aware, require_inspect
+from rebench.provenance import rebench_version
 from rebench.report.data import Normalizer, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.store import Attempt, Campaign, Event, Pause, ScoreEvent, Store
@@ -185,6 +186,7 @@ def _sample(store: Store, attempt: Attempt, normalizer: Normalizer) -> tuple[Any
         "input_tokens": attempt.input_tokens, "output_tokens": attempt.output_tokens,
         "cached_tokens": attempt.cached_tokens, "cost_usd": attempt.cost_usd,
         "final_rule": attempt.final_rule, "external_id": attempt.external_id,
+        "rebench_version": attempt.rebench_version, "env_hash": attempt.env_hash,
         "recordings": list(recordings.values()),
     }
     sample = EvalSample(
@@ -254,7 +256,10 @@ def write_log(store: Store, out: Path, key: GroupKey, ids: list[int], normalizer
             dataset=EvalDataset(name=environment, samples=len(samples), sample_ids=[a.id for a in attempts]),
             model=first.model or "none/none", config=EvalConfig(),
             metadata={"rebench": {"campaign": campaign, "agent": agent, "source": first.source,
-                                  "database": str(store.path)}},
+                                  "database": str(store.path), "exported_by": rebench_version(),
+                                  "ran_on": sorted({a.rebench_version for a in attempts if a.rebench_version}),
+                                  "env_hashes": sorted({a.env_hash for a in attempts if a.env_hash})}},
+            packages={"rebench": rebench_version()},
             viewer=ViewerConfig(trust_content=False),
         ),
         results=results,

@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rebench.budget import format_duration
-from rebench.report.compute import ALL, PLAUSIBLE_MAX, Report, ScoreRow
+from rebench.report.compute import ALL, PLAUSIBLE_MAX, Report, ScoreRow, beyond_data
 from rebench.report.data import HUMAN_AGENT
 from rebench.report.known_environments import EnvironmentInfo, default_info
 
@@ -62,6 +62,26 @@ def _mark_off_scale(axes: Axes, xs: Sequence[float], ys: Sequence[float], top: f
             axes.annotate(f"{y:.2f}", (x, top), xytext=(4, -10), textcoords="offset points", fontsize=7, color=color)
 
 
+BEYOND_NOTE = "x and †n=N: k above the N runs behind the estimate (only the best of them; --strict leaves it out)"
+
+
+def _mark_beyond(axes: Axes, xs: Sequence[float], ys: Sequence[float], rows: Sequence[ScoreRow], top: float,
+                 color: Color) -> bool:
+    """Estimates whose k is above their runs: a cross on the point, and the run count written where it
+    changes along the line. Whether there was any (the title then explains the mark)."""
+    shown = None
+    for x, y, row in zip(xs, ys, rows, strict=True):
+        if not beyond_data(row):
+            shown = None
+            continue
+        axes.plot([x], [min(y, top)], marker="x", color=color, markersize=7, zorder=6)
+        if row.min_n != shown:
+            axes.annotate(f"†n={row.min_n}", (x, min(y, top)), xytext=(3, -11), textcoords="offset points",
+                          fontsize=7, color=color)
+        shown = row.min_n
+    return any(beyond_data(row) for row in rows)
+
+
 def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -91,10 +111,15 @@ def best_curves(report: Report) -> dict[tuple[str, str], list[ScoreRow]]:
 
 
 def score_vs_budget(report: Report) -> bytes | None:
+    figure = score_vs_budget_figure(report)
+    return None if figure is None else _png(figure)
+
+
+def score_vs_budget_figure(report: Report) -> Figure | None:
     """One line per agent: the average score of its best allocation at each total budget.
 
     Points over fewer environments than the most any agent covers are hollow, and the count
-    is written where it changes along the line.
+    is written where it changes along the line; points whose k is above their runs are crossed.
     """
     lines = best_curves(report)
     if not lines:
@@ -104,6 +129,7 @@ def score_vs_budget(report: Report) -> bytes | None:
     top = robust_top([row.point for rows in lines.values() for row in rows])
     sources = {source for _, source in lines}
     figure, axes = plt.subplots(figsize=(9, 5.5))
+    beyond = False
     for (agent, source), rows in sorted(lines.items(), key=lambda item: (item[0][0] != HUMAN_AGENT, item[0])):
         color = colors[agent]
         hours = [r.total_s / 3600 for r in rows]
@@ -130,15 +156,17 @@ def score_vs_budget(report: Report) -> bytes | None:
                     color=color,
                 )
             shown = r.envs
+        beyond = _mark_beyond(axes, hours, points, rows, top, color) or beyond
         _mark_off_scale(axes, hours, points, top, color)
     _budget_axes(
         axes,
         report,
         f"Best allocation per agent, score@k ({report.settings.estimator}), 95% bootstrap bands\n"
-        f"hollow points: fewer than {max_envs} environments (count written where it changes)",
+        f"hollow points: fewer than {max_envs} environments (count written where it changes)"
+        + (f"\n{BEYOND_NOTE}" if beyond else ""),
         top,
     )
-    return _png(figure)
+    return figure
 
 
 def _group_label(agent: str, source: str, budget_s: float, envs: int, max_envs: int) -> str:
@@ -160,6 +188,7 @@ def score_by_attempt_length(report: Report) -> bytes | None:
     max_envs = max(row.envs for row in report.curves)
     top = robust_top([row.point for row in report.curves])
     figure, axes = plt.subplots(figsize=(9, 5.5))
+    beyond = False
     for (agent, source, budget_s), rows in sorted(curves.items()):
         rows.sort(key=lambda r: r.total_s)
         color = colors[agent]
@@ -168,8 +197,10 @@ def score_by_attempt_length(report: Report) -> bytes | None:
         points = [r.point for r in rows]
         label = _group_label(agent, source, budget_s, min(r.envs for r in rows), max_envs)
         axes.plot(hours, points, styles[i], marker=markers[i], markersize=3, color=color, label=label)
+        beyond = _mark_beyond(axes, hours, points, rows, top, color) or beyond
         _mark_off_scale(axes, hours, points, top, color)
-    _budget_axes(axes, report, f"score@k by agent and per-attempt length ({report.settings.estimator})", top)
+    title = f"score@k by agent and per-attempt length ({report.settings.estimator})"
+    _budget_axes(axes, report, title + (f"\n{BEYOND_NOTE}" if beyond else ""), top)
     return _png(figure)
 
 
@@ -203,7 +234,13 @@ def error_bars(rows: Sequence[ScoreRow]) -> list[list[float]]:
 
 
 def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None = None) -> bytes | None:
-    """Per-environment scores at one total budget: each agent's best allocation, and the humans."""
+    figure = per_environment_figure(report, total_s, info)
+    return None if figure is None else _png(figure)
+
+
+def per_environment_figure(report: Report, total_s: float, info: EnvironmentInfo | None = None) -> Figure | None:
+    """Per-environment scores at one total budget: each agent's best allocation, and the humans.
+    Each bar says how many runs it rests on (n=N, †n=N and hatched where k is above them)."""
     info = info or default_info()
     groups = best_allocation_rows(report, total_s)
     if not groups:
@@ -215,6 +252,7 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
     figure, axes = plt.subplots(figsize=(max(8.0, 1.6 * len(envs)), 5))
     width = 0.8 / len(groups)
     ordered = sorted(groups.items(), key=lambda item: (item[0][0] != HUMAN_AGENT, item[0]))
+    beyond = False
     for g, ((agent, source), rows) in enumerate(ordered):
         by_env = {row.environment: row for row in rows}
         xs = [i + g * width - 0.4 + width / 2 for i, env in enumerate(envs) if env in by_env]
@@ -222,7 +260,7 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
         points = [r.point for r in present]
         label = agent if len(sources) == 1 else f"{agent} ({source})"
         color = colors[agent]
-        axes.bar(
+        bars = axes.bar(
             xs,
             points,
             width,
@@ -233,6 +271,12 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
             label=label,
             error_kw={"elinewidth": 0.8},
         )
+        for bar, x, row in zip(bars, xs, present, strict=True):
+            if beyond_data(row):
+                bar.set_hatch("//")
+                beyond = True
+            axes.annotate(f"{'†' if beyond_data(row) else ''}n={row.min_n}", (x, 0), xytext=(0, 2),
+                          textcoords="offset points", fontsize=6, ha="center", rotation=90, va="bottom")
         _mark_off_scale(axes, xs, points, top, color)
     axes.set_ylim(0, top)
     axes.set_xticks(range(len(envs)), [info.title(env) for env in envs], rotation=20, ha="right", fontsize=8)
@@ -240,10 +284,12 @@ def per_environment(report: Report, total_s: float, info: EnvironmentInfo | None
     title = f"Per environment at {format_duration(total_s)} total budget (each agent's best allocation)"
     if not any(agent == HUMAN_AGENT for agent, _ in groups):
         title += f"\nno human data at {format_duration(total_s)} (human attempts are 8 h; cut needs a score log)"
+    if beyond:
+        title += "\nhatched, †n=N: k above the N runs behind the bar (only the best of them; --strict leaves it out)"
     axes.set_title(title)
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _png(figure)
+    return figure
 
 
 def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> bytes | None:

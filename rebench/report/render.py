@@ -15,6 +15,7 @@ from rich.console import Console
 
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
+from rebench.provenance import rebench_version
 from rebench.report.allocation import Allocation
 from rebench.report.compute import ALL, AgentSummary, Report, ScoreRow
 from rebench.report.known_environments import EnvironmentInfo, default_info
@@ -56,7 +57,8 @@ def settings_line(report: Report) -> str:
     s = report.settings
     return (
         f"estimator {s.estimator}; 95% percentile-bootstrap intervals from {s.n_bootstrap} resamples "
-        f"of each environment's runs, seed {s.seed}; environments weighted equally"
+        f"of each environment's runs, seed {s.seed}; environments weighted equally; "
+        f"rebench {rebench_version()}"
     )
 
 

@@ -34,6 +34,7 @@ from rebench.agents.base import AgentConfig
 from rebench.environments.metadata import EnvironmentMetadata
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.provenance import rebench_version
 from rebench.runner import AttemptOutcome, AttemptRunner, RunHooks
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, join
 from rebench.store.db import Store
@@ -222,11 +223,13 @@ class RayAttemptRunner(AttemptRunner):
             raise RebenchError("human attempts do not run on the Ray executor")
         ray = _ray()
         connect(self.address)
-        profile = self.env.profile(self._profile(attempt_id))
+        profile_name = self._profile(attempt_id)
+        profile = self.env.profile(profile_name)
         task = ray.remote(run_on_worker).options(
             num_cpus=profile.resources.cpus, num_gpus=profile.resources.gpus,
             memory=int(profile.resources.memory_gb * 1e9), max_retries=0, name=f"rebench-attempt-{attempt_id}")
-        self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=datetime.now(UTC), backend=self.backend)
+        self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=datetime.now(UTC), backend=self.backend,
+                     rebench_version=rebench_version(), env_hash=self.env.content_hash(profile_name))
         mirror = _Mirror(self.store, attempt_id)
         self.progress(attempt_id, "queued on the Ray cluster")
         generator = task.remote(self._payload(attempt_id, config))

@@ -180,6 +180,11 @@ class Attempt(Base):
     """The sandbox's network (rebench.network): results with and without one are not comparable.
     Imported METR runs are `full` (RE-Bench gave every task internet access)."""
     image_id: Mapped[str | None] = mapped_column(String(128))
+    rebench_version: Mapped[str | None] = mapped_column(String(32))
+    """The rebench that ran the attempt (set when it starts; NULL for imported and older attempts)."""
+    env_hash: Mapped[str | None] = mapped_column(String(16))
+    """The environment folder's content hash for the attempt's profile (`Environment.content_hash`),
+    the key of the image and assets it ran on."""
     status: Mapped[AttemptStatus] = mapped_column(
         EnumString(AttemptStatus, 16), default=AttemptStatus.QUEUED, index=True
     )
