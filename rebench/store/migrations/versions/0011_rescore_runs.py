@@ -1,15 +1,15 @@
 """Re-scoring saved attempts (`rebench rescore`): one row per run (what scored, where, with which
 anchors) and one per attempt it covered. Original score rows are never rewritten.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
