@@ -92,10 +92,11 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
            environments: Sequence[str] = (), agents: Sequence[str] = (), source: str | None = None,
            estimator: str = "expected_max", n_bootstrap: int | None = None, seed: int | None = None,
            budgets: str | Sequence[str] = "30m,2h,8h,16h,32h", at: str = "8h",
-           exclude_above: float | None = None, strict: bool = False) -> Report | None:
+           exclude_above: float | None = None, strict: bool = False, rescored: int | None = None) -> Report | None:
     """Score@k per agent and total time budget, with bootstrap intervals and the human comparison;
     None when no finished attempt matches the filters. Options are those of `rebench report`;
-    `rebench.report.render` prints or writes the result, `rebench.analysis.score_at_k` makes it a DataFrame."""
+    `rebench.report.render` prints or writes the result, `rebench.analysis.score_at_k` makes it a DataFrame.
+    `rescored`: a `rebench rescore` run; its re-scores are counted, the original scores shown beside."""
     from rebench.report.bootstrap import DEFAULT_N_BOOTSTRAP, DEFAULT_SEED
     from rebench.report.data import Filters
     from rebench.report.service import make_report, settings_from_options
@@ -105,7 +106,7 @@ def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (
                                      DEFAULT_SEED if seed is None else seed, budgets, at, exclude_above,
                                      strict)
     with using_store(db, read_only=True) as store:
-        return make_report(store, filters, settings)
+        return make_report(store, filters, settings, rescored=rescored)
 
 
 def import_metr_runs(path: Path | str, *, db: Store | Path | str | None = None,

@@ -38,6 +38,7 @@ from rebench.provenance import rebench_version
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.snapshot import SnapshotBudget
 from rebench.sandboxes import create_sandbox
+from rebench.scoring.heldout import heldout_skip, score_heldout
 from rebench.scoring.rescore import (
     FinalRule,
     RescoreSummary,
@@ -325,7 +326,9 @@ class AttemptRunner:
             if sandbox is not None:
                 killed: int | None = None
                 kill_error: str | None = None
-                if rescoring:  # nothing the agent started may run on while its solution is copied and re-scored
+                split = self._profile_of(attempt_id)
+                heldout = split.final_split is not None
+                if rescoring or heldout:  # nothing the agent started may run on while its solution is scored
                     try:
                         killed = await sandbox.kill_agent_processes()
                     except Exception as exc:
@@ -340,6 +343,10 @@ class AttemptRunner:
                     snapshot = str(target)
                     with contextlib.suppress(Exception):
                         recorder.event("snapshot", path=snapshot, note=report.note(), **report.model_dump())
+                if heldout:  # before re-scoring, which lays other solutions into the folder
+                    with contextlib.suppress(Exception):
+                        await score_heldout(sandbox, split, recorder, tokens=tokens, skip=heldout_skip(
+                            outcome.status, outcome.error_source, kill_error))
                 if rescoring:
                     try:
                         summary = await rescore_attempt(self.store, self.env, self.rule_of, self.progress, attempt_id,
@@ -367,3 +374,7 @@ class AttemptRunner:
                 raise asyncio.CancelledError
 
         await asyncio.shield(finish())
+
+    def _profile_of(self, attempt_id: int) -> Profile:
+        with self.store.session() as session:
+            return self.env.profile(session.get_one(Attempt, attempt_id).profile)

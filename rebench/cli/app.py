@@ -38,6 +38,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                       "Run k attempts of an agent on each environment under a time budget."),
     "report": Subcommand("rebench.cli.report", "report_command",
                          "Score@k per agent and total time budget, with bootstrap intervals and human comparison."),
+    "rescore": Subcommand("rebench.cli.rescore", "rescore_command",
+                          "Score saved attempts' snapshots again, in fresh sandboxes, with the current scorer and anchors."),
     "envs": Subcommand("rebench.cli.envs", "app", "List, inspect, build and calibrate environments."),
     "attempts": Subcommand("rebench.cli.attempts", "app", "Inspect attempts: their status, score log and events."),
     "campaigns": Subcommand("rebench.cli.campaigns", "app",

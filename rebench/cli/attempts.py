@@ -216,6 +216,13 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         if human is not None:
             detail.update(_human_detail(session, attempt, human))
         detail["window_anchors"] = _window_detail(attempt, session)
+        from rebench.report.rescored import attempt_rescores
+
+        detail["rescores"] = attempt_rescores(session, attempt_id)
+        from rebench.report.heldout import attempt_detail
+
+        detail["probing"] = attempt_detail(store, attempt, list(session.scalars(
+            select(ScoreEvent).where(ScoreEvent.attempt_id == attempt_id).order_by(ScoreEvent.id))))
     detail["rescore_failed"] = sum(1 for s in detail["scores"] if s["kind"] == "rescore" and not s["valid"])
     snapshots = [e["data"] for e in detail["events"] if e["kind"] == "snapshot"
                  and e["data"].get("score_id") is None]
@@ -243,6 +250,15 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     console.print(Text(provenance_line(detail)))
     if detail["window_anchors"] is not None:
         console.print(Text(_window_line(detail["window_anchors"])))
+    from rebench.report.rescored import rescore_lines
+
+    for line in rescore_lines(detail["rescores"], detail["final_raw"], detail["normalized"]):
+        console.print(Text(line))
+    from rebench.report.heldout import attempt_line
+
+    probing = attempt_line(detail["probing"])
+    if probing:
+        console.print(Text(probing))
     for meter, usage in detail["gateway"].items():
         console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:

@@ -63,6 +63,11 @@ def report_command(
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Leave out estimates whose k is above the runs behind "
                                          "them (without it they are marked †: only the best of the n runs).")] = False,
+    rescored: Annotated[
+        int | None,
+        typer.Option("--rescored", help="Count the re-scores of this `rebench rescore` run instead of the original "
+                     "scores (shown beside them), over the attempts it re-scored."),
+    ] = None,
     by_env: Annotated[bool, typer.Option("--by-env", help="Also print the per-environment rows.")] = False,
     tree: Annotated[
         list[int] | None,
@@ -89,7 +94,7 @@ def report_command(
 
     report = make_report(db, campaigns=campaign or (), environments=env or (), agents=agent or (), source=source,
                          estimator=estimator, n_bootstrap=n_bootstrap, seed=seed, budgets=budgets, at=at,
-                         exclude_above=exclude_above, strict=strict)
+                         exclude_above=exclude_above, strict=strict, rescored=rescored)
     if fmt != "table":
         if out is None:
             typer.echo(score_rows_csv(report), nl=False)

@@ -13,6 +13,8 @@ from rebench.environments.registry import Environment
 from rebench.sandbox.base import Sandbox
 
 PARAMS_FILE = "params.json"
+FINAL_PARAMS_FILE = "params-final.json"
+"""The scorer's params for the held-out final split (a profile's `final_split`), beside params.json."""
 SCORING_DIR = "scoring"
 SCORING_HOME = "home"
 """The scorer's copy of the build's home files, in the protected folder (ctx["scoring_home"])."""
@@ -73,3 +75,7 @@ async def install_environment(sandbox: Sandbox, env: Environment, profile: str, 
         await sandbox.copy_in(str(assets / "protected"), paths.protected, user="root")
     params = json.dumps(scoring_context(sandbox, env, profile), indent=2).encode()
     await sandbox.write_file(paths.in_protected(PARAMS_FILE), params, user="root", mode=0o640)
+    split = env.profile(profile).final_split
+    if split is not None:
+        final = json.dumps({**scoring_context(sandbox, env, profile), **split.params}, indent=2).encode()
+        await sandbox.write_file(paths.in_protected(FINAL_PARAMS_FILE), final, user="root", mode=0o640)

@@ -127,6 +127,20 @@ class Gateway(_Strict):
     """Samples (`n`) one request may ask for; more is refused with HTTP 400."""
 
 
+class FinalSplit(_Strict):
+    """A held-out final score (docs/heldout.md): after the attempt, with the agent's processes
+    stopped, the solution it ended with is scored once more on a second hidden split that no score
+    call used during the attempt, so a solution tuned to the split the agent could probe shows it.
+    The scorer is the same program, given the profile's params with `params` laid over them (which
+    hidden data to read); `anchors` are the two solutions' raw scores on that split."""
+
+    params: dict[str, Any] = Field(min_length=1)
+    anchors: Anchors
+    margin: float = Field(0.1, ge=0)
+    """Probing flag: an attempt whose held-out final (normalized) is more than this below its best
+    intermediate score (normalized) is flagged in the report."""
+
+
 class Profile(_Strict):
     """One way to run an environment: `paper` is faithful to RE-Bench, `tiny` runs on a laptop CPU."""
 
@@ -148,6 +162,8 @@ class Profile(_Strict):
     """What the operator must provide to build this profile (see Asset)."""
     gateway: Gateway | None = None
     """A model the sandbox may call through the metered gateway (see Gateway); None: no model."""
+    final_split: FinalSplit | None = None
+    """Also score the final solution on a held-out hidden split after the attempt (see FinalSplit)."""
 
     @field_validator("assets")
     @classmethod

@@ -29,6 +29,8 @@ from rebench.environments.metadata import Profile
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
 from rebench.network import NetworkPolicy
+from rebench.report.heldout import heldout_fields
+from rebench.report.heldout import notes as heldout_notes
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.scoring.normalize import ResolvedAnchors, normalize
 from rebench.scoring.window import final_anchors
@@ -81,6 +83,17 @@ class RunRecord:
     """The agent's model tokens (input + output); None where no model was recorded."""
     working_s: float | None = None
     """Working time the attempt used (own attempts); None for imported runs."""
+    heldout_score: float | None = None
+    """The held-out final, normalized with its split's anchors (rebench.report.heldout); None: none."""
+    best_intermediate: float | None = None
+    """The best intermediate score, normalized, where there is a held-out final to set it beside."""
+    probing: bool = False
+    """The held-out final is more than the split's margin below the best intermediate score."""
+    calls_per_hour: float | None = None
+    """Intermediate score calls per working hour (own attempts)."""
+    original_score: float | None = None
+    """With `report --rescored RUN` (rebench.report.rescored): the score as originally recorded, `score`
+    being the re-score; None otherwise."""
 
     def score_at(self, working_s: float) -> float | None:
         """The score the attempt had reached by `working_s` of working time; None without a log."""
@@ -334,8 +347,10 @@ def load_report_data(store: Store, filters: Filters, info: EnvironmentInfo | Non
                 gateway=gateway.get(attempt.id),
                 network=str(attempt.network),
                 **_spend(attempt, gateway.get(attempt.id)),
+                **heldout_fields(attempt, events.get(attempt.id, []), normalizer.spec(attempt.environment,
+                                                                                      attempt.profile)),
             )
 
         runs, people = [record(a) for a in attempts], [record(a) for a in humans]
         once = list({r.attempt_id: r for r in runs + people}.values())  # human attempts may be in both
-        return ReportData(runs=runs, humans=people, notes=network_notes(once))
+        return ReportData(runs=runs, humans=people, notes=network_notes(once) + heldout_notes(runs))

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from rebench.budget import format_duration
+from rebench.report import heldout
 from rebench.report.allocation import Allocation
 from rebench.report.data import HUMAN_AGENT, HUMAN_ATTEMPT_S, RunRecord
 from rebench.report.rows import (
@@ -58,6 +59,7 @@ def agent_summaries(
             total_s=total_s,
             allocation=_label(best) if best else None,
             score=best.point if best else None,
+            **heldout.agent_fields(runs, builder.settings.n_bootstrap, builder.settings.seed),
         )
         if summary.above_2:
             kept = [r for r in runs if r.score <= PLAUSIBLE_MAX]

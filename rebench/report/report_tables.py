@@ -12,7 +12,7 @@ from rebench.report.allocation import Allocation
 from rebench.report.known_environments import EnvironmentInfo
 from rebench.report.money import tokens_per_hour, unique_runs
 from rebench.report.paper import PAPER_CITATION, PAPER_ENVIRONMENTS, PAPER_HUMANS
-from rebench.report.rows import ALL, Report, ScoreRow
+from rebench.report.rows import ALL, AgentSummary, Report, ScoreRow
 
 ROW_FIELDS = list(ScoreRow.model_fields)
 KEY_COLUMNS = {"environment", "agent", "best agent"}  # copied by users: never cut or wrapped
@@ -98,6 +98,14 @@ def _per_hour(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def _gap(a: AgentSummary) -> str:
+    """The mean gap between best intermediate and held-out final, with its interval (rebench.report.heldout)."""
+    if a.heldout_gap is None or a.heldout_gap_low is None or a.heldout_gap_high is None:
+        return "-"
+    return (f"{_f(a.heldout_gap)} [{_f(a.heldout_gap_low)}, {_f(a.heldout_gap_high)}] ({a.probing}/{a.heldout_n}; "
+            f"{_per_hour(a.calls_per_hour)})")
+
+
 def _agents_table(report: Report) -> Table_:
     at = format_duration(report.settings.compare_at_s)
     rates = tokens_per_hour(unique_runs(report))
@@ -117,13 +125,15 @@ def _agents_table(report: Report) -> Table_:
                 else "same"
             ),
             _per_hour(rates.get(a.agent)) if a.source == "own" else "-",
+            _gap(a),
         ]
         for a in sorted(report.agents, key=lambda a: (a.agent != "human", a.agent, a.source))
     ]
     return (
         f"runs per agent: ended without submitting (no submit), scoring above 2 (>2), and the best score at "
         f"{at} with and without those above 2, and model tokens per working hour (tokens/h; - where none recorded)",
-        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2", "tokens/h"],
+        ["agent", "source", "runs", "no submit", ">2", f"best at {at}", "without >2", "tokens/h",
+         "held-out gap (probing; calls/h)"],
         rows,
     )
 
@@ -250,7 +260,9 @@ def all_tables(report: Report, by_env: bool, info: EnvironmentInfo) -> list[Tabl
                     format_duration(a.budget_s),
                     str(a.n),
                     str(a.not_submitted),
-                    _f(a.mean) + (f" (rule {_f(a.rule_mean)})" if a.rule_mean is not None else ""),
+                    _f(a.mean) + (f" (rule {_f(a.rule_mean)})" if a.rule_mean is not None else "")
+                    + (f" (original {_f(a.original_mean)})" if a.original_mean is not None else "")
+                    + (f" (held-out {_f(a.heldout_mean)})" if a.heldout_mean is not None else ""),
                     _f(a.best),
                     a.anchors + (f", {a.rescored} re-scored" if a.rescored else ""),
                 ]

@@ -73,6 +73,11 @@ class ScoreRow(BaseModel):
     rule_mean: float | None = Field(
         None, description="where runs were re-scored: `mean` by RE-Bench's own rule (the best single score call)"
     )
+    original_mean: float | None = Field(
+        None, description="with `report --rescored RUN`: `mean` as originally scored (the re-scored runs' own scores)"
+    )
+    heldout_mean: float | None = Field(None, description="final on held-out: the mean normalized held-out final of "
+                                       "the runs that have one (profiles with `final_split`)")
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -112,6 +117,10 @@ class AttemptSummary(BaseModel):
     rule_mean: float | None = Field(None, description="mean normalized score by RE-Bench's own rule (best "
                                     "intermediate score); set when some attempts were re-scored")
     gateway: MeterUsage | None = Field(None, description="the agent's model gateway usage, summed over the attempts")
+    original_mean: float | None = Field(None, description="with `report --rescored RUN`: `mean` as originally scored")
+    heldout_mean: float | None = Field(None, description="final on held-out: mean normalized held-out final score "
+                                       "of the attempts that have one (rebench.report.heldout)")
+    heldout_n: int = 0
 
 
 class AgentSummary(BaseModel):
@@ -128,6 +137,13 @@ class AgentSummary(BaseModel):
     score: float | None
     allocation_without_above_2: str | None = None
     score_without_above_2: float | None = None
+    heldout_gap: float | None = Field(None, description="mean of best intermediate minus held-out final (normalized)")
+    heldout_gap_low: float | None = None
+    heldout_gap_high: float | None = None
+    heldout_n: int = 0
+    probing: int = Field(0, description="attempts whose held-out final is more than the split's margin below "
+                         "their best intermediate score")
+    calls_per_hour: float | None = Field(None, description="mean intermediate score calls per working hour")
 
 
 class HeadlineRow(BaseModel):

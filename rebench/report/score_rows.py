@@ -13,6 +13,7 @@ import numpy as np
 
 from rebench.budget import format_duration
 from rebench.gateway.usage import MeterUsage
+from rebench.report import heldout
 from rebench.report.allocation import Allocation, allocation_for
 from rebench.report.bootstrap import (
     EnvironmentScores,
@@ -87,6 +88,10 @@ class RowBuilder:
         rule_means = [float(np.mean([value if run.rule_score is None else run.rule_score
                                      for value, run in scored[env]])) for env in result.environments]
         gateways = [gateway_total(run for _, run in scored[env]) for env in result.environments]
+        originals = [[run.original_score for _, run in scored[env]] for env in result.environments]
+        original_means = [None if None in o else float(np.mean(o)) for o in originals]  # type: ignore[arg-type]
+        heldouts = [heldout.summary_fields([run for _, run in scored[env]]).get("heldout_mean")
+                    for env in result.environments]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -118,6 +123,8 @@ class RowBuilder:
                         above_2=high[i],
                         rescored=rescored[i],
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
+                        original_mean=None if alloc.truncated else original_means[i],
+                        heldout_mean=None if alloc.truncated else heldouts[i],
                         **_gateway_fields(gateways[i]),
                         **common,
                     )
@@ -139,6 +146,8 @@ class RowBuilder:
                     above_2=sum(high),
                     rescored=sum(rescored),
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
+                    original_mean=(None if alloc.truncated or None in original_means
+                                   else float(np.mean(original_means))),  # type: ignore[arg-type]
                     **_gateway_fields(gateway_sum(gateways)),
                     **common,
                 )

@@ -46,10 +46,16 @@ def settings_from_options(
 
 
 def make_report(
-    store: Store, filters: Filters, settings: ReportSettings, info: EnvironmentInfo | None = None
+    store: Store, filters: Filters, settings: ReportSettings, info: EnvironmentInfo | None = None,
+    rescored: int | None = None,
 ) -> Report | None:
-    """The report for the attempts matching `filters`, or None when nothing matches."""
+    """The report for the attempts matching `filters`, or None when nothing matches; with `rescored`,
+    the attempts that rescore run re-scored, counted by their re-scores (rebench.report.rescored)."""
     data = load_report_data(store, filters, info)
+    if rescored is not None:
+        from rebench.report.rescored import use_rescores
+
+        data = use_rescores(store, data, rescored)
     if not data.runs and (not data.humans or filters.campaigns or filters.agents):
         return None  # asked about agents or campaigns that have no attempts: humans alone answer nothing
     return build_report(data, settings, info)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from rebench.report import heldout
 from rebench.report.allocation import Allocation
 from rebench.report.data import HUMAN_AGENT, RunRecord
 from rebench.report.percentiles import human_percentile_curve, locate_on_curve
@@ -35,6 +36,9 @@ def attempt_summaries(runs: Iterable[RunRecord]) -> list[AttemptSummary]:
             rule_mean=(float(np.mean([r.score if r.rule_score is None else r.rule_score for r in members]))
                        if any(r.rule_score is not None for r in members) else None),
             gateway=gateway_total(members),
+            original_mean=(None if any(r.original_score is None for r in members)
+                           else float(np.mean([r.original_score for r in members]))),
+            **heldout.summary_fields(members),
         )
         for (env, agent, source, budget), members in sorted(groups.items())
     ]

@@ -27,7 +27,8 @@ class CallTokens(Protocol):
     def close_call_token(self, token: str) -> None: ...
 
 
-async def run_scoring(sandbox: Sandbox, timeout_s: float, tokens: CallTokens | None = None) -> ScoreResult:
+async def run_scoring(sandbox: Sandbox, timeout_s: float, tokens: CallTokens | None = None,
+                      params: str = PARAMS_FILE) -> ScoreResult:
     """Score the sandbox's current solution. Never raises for a bad solution: an
     invalid or crashed solution is a ScoreResult with raw None.
 
@@ -35,17 +36,18 @@ async def run_scoring(sandbox: Sandbox, timeout_s: float, tokens: CallTokens | N
     without it was not written by this call (a forgery, or an old file) and counts as
     no result. With `tokens` (an environment with a model gateway) it also gets a gateway
     token valid for this call only, for the submitted code the scorer runs: revoked when the
-    call ends, so a copy the code keeps is useless after it."""
+    call ends, so a copy the code keeps is useless after it. `params`: the protected params file
+    to score with (the held-out split's, rebench.environments.install.FINAL_PARAMS_FILE)."""
     call_token = tokens.open_call_token() if tokens is not None else ""
     try:
-        return await _run_scoring(sandbox, timeout_s, call_token)
+        return await _run_scoring(sandbox, timeout_s, call_token, params)
     finally:
         if tokens is not None:
             with contextlib.suppress(Exception):
                 tokens.close_call_token(call_token)
 
 
-async def _run_scoring(sandbox: Sandbox, timeout_s: float, call_token: str) -> ScoreResult:
+async def _run_scoring(sandbox: Sandbox, timeout_s: float, call_token: str, params: str) -> ScoreResult:
     paths = sandbox.paths
     nonce = secrets.token_hex(16)
     out = paths.in_protected("results", f"{uuid.uuid4().hex}.json")
@@ -54,7 +56,7 @@ async def _run_scoring(sandbox: Sandbox, timeout_s: float, call_token: str) -> S
         [
             paths.python, paths.helper,
             "--program", paths.in_protected(SCORING_DIR, "score.py"),
-            "--params", paths.in_protected(PARAMS_FILE),
+            "--params", paths.in_protected(params),
             "--out", out,
             "--log", paths.in_protected(SCORE_LOG),
             "--timeout", str(timeout_s),

@@ -15,8 +15,9 @@ from rebench.store.models import (
     ScoreEvent,
     ScoreKind,
 )
+from rebench.store.rescores import Rescore, RescoreRun
 
 __all__ = [
     "Attempt", "AttemptStatus", "Calibration", "Campaign", "CampaignStatus", "ErrorSource", "Event", "EventKind",
-    "LimitReason", "Pause", "ScoreEvent", "ScoreKind", "Store", "default_db_path",
+    "LimitReason", "Pause", "Rescore", "RescoreRun", "ScoreEvent", "ScoreKind", "Store", "default_db_path",
 ]

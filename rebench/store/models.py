@@ -60,6 +60,8 @@ class ScoreKind(StrEnum):
     """The starting solution, scored in the re-scoring window beside the candidates (rebench.scoring.window)."""
     ANCHOR_REFERENCE = "anchor_reference"
     """The reference solution, scored in the re-scoring window beside the candidates."""
+    HELDOUT = "heldout"
+    """The final solution scored after the attempt on the profile's held-out split (`final_split`)."""
 
 
 class EventKind(StrEnum):

@@ -1,0 +1,207 @@
+"""What `rebench rescore` re-scores for each selected attempt, or why it skips it.
+
+An attempt keeps two kinds of snapshots (rebench.sandbox.snapshot, rebench.scoring.rescore):
+the solution it ended with, and under `final_score = "rescore_best"` one at each score call.
+Its final rule decides which are re-scored:
+
+- `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or,
+  where it was never re-scored (interrupted), the ones that rule picks from its score calls now;
+- otherwise (`best`, `last`, or nothing kept at score calls): the solution it ended with, the
+  only one kept. Under `best` this is the final solution's score, not that of the best call,
+  whose solution was not kept.
+
+A snapshot cut by the snapshot budget is not the solution that was scored, so it is never
+re-scored; a candidate snapshot whose content no longer matches its recorded digest is refused
+too. Everything is read from the database and the snapshot folders: nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rebench.environments.registry import Environment, EnvironmentRegistry
+from rebench.errors import RebenchError
+from rebench.scoring.rescore import ScoreSnapshot, choose_candidates, folder_digest
+from rebench.store.db import Store
+from rebench.store.models import Attempt, Campaign, Event, EventKind, ScoreEvent, ScoreKind
+
+FINISHED = ("done", "limit", "error")
+RULE_RESCORE = "rescore_best"
+RULE_FINAL = "final"
+FINAL_SNAPSHOT_ID = 0
+"""The `score_id` standing for the solution an attempt ended with (it was not scored by a call)."""
+
+
+class Selection(BaseModel):
+    """What the user asked for: exactly one of the three."""
+
+    attempts: list[int] = Field(default_factory=list)
+    campaign: int | None = None
+    environments: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.attempts:
+            return "attempt(s) " + ", ".join(map(str, sorted(set(self.attempts))))
+        if self.campaign is not None:
+            return f"campaign {self.campaign}"
+        return "environment(s) " + ", ".join(sorted(set(self.environments)))
+
+    def key(self) -> dict[str, object]:
+        if self.attempts:
+            return {"attempts": sorted(set(self.attempts))}
+        if self.campaign is not None:
+            return {"campaign": self.campaign}
+        return {"environments": sorted(set(self.environments))}
+
+
+class AttemptPlan(BaseModel):
+    """One attempt to re-score: where, by which rule, and which snapshots."""
+
+    attempt_id: int
+    environment: str
+    profile: str
+    rule: str
+    candidates: list[ScoreSnapshot]
+    skipped_snapshots: list[str] = Field(default_factory=list)
+    final_snapshot: str | None = None
+    """The solution it ended with, kept whole: scored on the held-out split where the profile has one."""
+
+
+class Plan(BaseModel):
+    todo: list[AttemptPlan] = Field(default_factory=list)
+    skipped: dict[int, str] = Field(default_factory=dict)
+    """Attempt id -> why it is not re-scored."""
+
+
+def check_selection(selection: Selection) -> None:
+    given = sum((bool(selection.attempts), selection.campaign is not None, bool(selection.environments)))
+    if given != 1:
+        raise RebenchError("give exactly one of --attempt ID (repeatable), --campaign ID or --env E")
+
+
+def selected_ids(session: Session, selection: Selection, registry: EnvironmentRegistry) -> list[int]:
+    """The attempt ids the selection names; an unknown id, campaign or environment is an error."""
+    check_selection(selection)
+    if selection.attempts:
+        ids = sorted(set(selection.attempts))
+        found = set(session.scalars(select(Attempt.id).where(Attempt.id.in_(ids))))
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise RebenchError(f"no attempt with id {missing[0]} in this database")
+        return ids
+    if selection.campaign is not None:
+        if session.get(Campaign, selection.campaign) is None:
+            existing = ", ".join(map(str, session.scalars(select(Campaign.id).order_by(Campaign.id)))) or "none"
+            raise RebenchError(f"no campaign {selection.campaign} in this database; campaigns there: {existing}")
+        return list(session.scalars(select(Attempt.id).where(Attempt.campaign_id == selection.campaign)
+                                    .order_by(Attempt.id)))
+    known = set(registry.names()) | set(session.scalars(select(Attempt.environment).distinct()))
+    for name in selection.environments:
+        if name not in known:
+            raise RebenchError(f"unknown environment {name!r}; allowed: {', '.join(sorted(known)) or 'none'}")
+    return list(session.scalars(select(Attempt.id).where(Attempt.environment.in_(selection.environments))
+                                .order_by(Attempt.id)))
+
+
+def plan_attempts(store: Store, ids: Sequence[int], registry: EnvironmentRegistry) -> Plan:
+    plan = Plan()
+    envs: dict[str, Environment | None] = {}
+    with store.session() as session:
+        for attempt_id in ids:
+            attempt = session.get_one(Attempt, attempt_id)
+            if attempt.environment not in envs:
+                try:
+                    envs[attempt.environment] = registry.get(attempt.environment)
+                except RebenchError:
+                    envs[attempt.environment] = None
+            result = _plan_one(session, attempt, envs[attempt.environment])
+            if isinstance(result, str):
+                plan.skipped[attempt_id] = result
+            else:
+                plan.todo.append(result)
+    return plan
+
+
+def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> AttemptPlan | str:
+    if attempt.source != "own":
+        return "imported attempt: no snapshot of its solution was kept"
+    if attempt.status not in FINISHED:
+        return f"not finished (status {attempt.status})"
+    if env is None:
+        return (f"environment {attempt.environment!r} (version {attempt.env_version}) is not in this "
+                "checkout, so it cannot be rebuilt")
+    if attempt.profile not in env.metadata.profiles:
+        return (f"environment {attempt.environment!r} version {env.version} has no profile {attempt.profile!r} "
+                "any more, so the attempt's setup cannot be rebuilt")
+    profile = env.profile(attempt.profile)
+    if profile.gateway is not None:
+        return "its scorer calls a model through the gateway, which re-scoring does not provide yet"
+    if profile.resources.gpus:
+        return f"its profile needs {profile.resources.gpus} GPU(s), which re-scoring does not lease yet"
+    snapshots = [e.data for e in session.scalars(select(Event).where(
+        Event.attempt_id == attempt.id, Event.kind == EventKind.SNAPSHOT).order_by(Event.seq))]
+    at_calls = [d for d in snapshots if d.get("score_id") is not None and d.get("path")]
+    rescored = session.scalars(select(ScoreEvent.id).where(ScoreEvent.attempt_id == attempt.id,
+                                                           ScoreEvent.kind == ScoreKind.RESCORE)).first()
+    finals = [d for d in snapshots if d.get("score_id") is None]
+    if rescored is not None or at_calls:
+        plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
+        if isinstance(plan, AttemptPlan) and isinstance(_final(attempt, finals), AttemptPlan):
+            plan.final_snapshot = attempt.snapshot_path
+        return plan
+    return _final(attempt, finals)
+
+
+def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | str:
+    """The solution the attempt ended with, when it was kept whole."""
+    if attempt.snapshot_path is None or not finals:
+        return "no snapshot of its final solution was kept"
+    last = finals[-1]
+    if last.get("capped") or int(str(last.get("left_out_count") or 0)):
+        return f"its final snapshot was cut by the snapshot budget ({last.get('note')})"
+    path = Path(attempt.snapshot_path)
+    if not path.is_dir():
+        return f"its snapshot folder {path} is gone"
+    snapshot = ScoreSnapshot(path=str(path), sha256=folder_digest(path), score_id=FINAL_SNAPSHOT_ID,
+                             raw=attempt.final_raw if attempt.final_raw is not None else 0.0)
+    return AttemptPlan(attempt_id=attempt.id, environment=attempt.environment, profile=attempt.profile,
+                       rule=RULE_FINAL, candidates=[snapshot], final_snapshot=str(path))
+
+
+def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, object]], count: int,
+                direction: str) -> AttemptPlan | str:
+    """The snapshots its re-scoring used (named by its `rescore` rows, in their order); where it was
+    never re-scored, the best `count` of its score calls' snapshots, picked as that rule picks."""
+    raws = {e.id: e.raw for e in session.scalars(select(ScoreEvent).where(
+        ScoreEvent.attempt_id == attempt.id, ScoreEvent.kind == ScoreKind.INTERMEDIATE))}
+    chosen: list[ScoreSnapshot] = []
+    for event in session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id,
+                                                          ScoreEvent.kind == ScoreKind.RESCORE)
+                                 .order_by(ScoreEvent.id)):
+        of, path, digest = (event.details.get(key) for key in ("rescore_of", "snapshot", "sha256"))
+        if isinstance(of, int) and path and of not in {c.score_id for c in chosen}:
+            chosen.append(ScoreSnapshot(path=str(path), sha256=digest, score_id=of, raw=raws.get(of)))
+    skipped: list[str] = []
+    if not chosen:
+        taken = [ScoreSnapshot(path=str(d["path"]), sha256=d.get("sha256"),
+                               score_id=int(str(d["score_id"])), raw=raws.get(int(str(d["score_id"]))))
+                 for d in at_calls]
+        chosen, skipped = choose_candidates(taken, count, "lower" if direction == "lower" else "higher")
+    if not chosen:
+        why = "; ".join(skipped) if skipped else "no valid score call had a kept snapshot"
+        return f"nothing of it can be re-scored: {why}"
+    for snapshot in chosen:
+        folder = Path(snapshot.path)
+        if snapshot.sha256 is None:
+            return f"snapshot {folder} was cut by the snapshot budget"
+        if not folder.is_dir():
+            return f"its snapshot folder {folder} is gone"
+        if folder_digest(folder) != snapshot.sha256:
+            return f"snapshot {folder} changed since it was taken (its content digest differs)"
+    return AttemptPlan(attempt_id=attempt.id, environment=attempt.environment, profile=attempt.profile,
+                       rule=RULE_RESCORE, candidates=chosen, skipped_snapshots=skipped)
