@@ -56,6 +56,24 @@ T = TypeVar("T")
 
 
 @dataclass
+class Exchange:
+    """One answered request as the caller sent it and as it got it back (a stream: the events' bytes)."""
+
+    meter: str
+    fmt: str
+    endpoint: str
+    model: str
+    request: dict[str, Any]
+    answer: dict[str, Any] | None
+    stream: bytes | None
+    status: int
+    tokens: tuple[int, int]
+    cost: float
+    latency_s: float
+    error: str | None = None
+
+
+@dataclass
 class _Late:
     """A request the client was answered 504 for while the upstream still works on it."""
 
@@ -89,6 +107,8 @@ class GatewayServer:
         self._late: set[asyncio.Task[None]] = set()
         self._http: list[HttpServer] = []
         self.port: int | None = None
+        self.observer: Callable[[Exchange], None] | None = None
+        """Told of every answered request with its bodies (an installed agent's flight recorder)."""
         self.resume_spending()
 
     def use_tokens(self, tokens: dict[str, str]) -> None:
@@ -255,13 +275,18 @@ class GatewayServer:
         except UpstreamError as exc:
             raise HttpError(exc.status, str(exc), exc.kind) from None
         if plan.stream:
-            return await self.relaying.start(meter, route, plan.include_usage, worst, endpoint, model, started)
+            return await self.relaying.start(meter, route, plan.include_usage, worst, endpoint, model, started,
+                                             request=request if self.observer is not None else None)
         reply = await self.open_call(meter, worst, lambda: self.upstream.call(route.upstream, route.body), endpoint,
                                      started, _result)
         cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
         self.finish(meter, worst, cost)
         self.record(meter, model, endpoint, 200, started, tokens=(reply.input_tokens, reply.output_tokens), cost=cost)
-        return JSONResponse(convert_reply(route, reply.body))
+        answer = convert_reply(route, reply.body)
+        if self.observer is not None:
+            self.observer(Exchange(meter.name, fmt, endpoint, model, request, answer, None, 200,
+                                   (reply.input_tokens, reply.output_tokens), cost, time.monotonic() - started))
+        return JSONResponse(answer)
 
     async def _count_tokens(self, meter: Meter, body: dict[str, Any], endpoint: str, model: str,
                             started: float) -> Response:
