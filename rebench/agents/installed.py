@@ -84,7 +84,7 @@ class InstalledAgent:
     async def run(self, ctx: AgentContext) -> None:
         if self.gateway is None:
             raise RebenchError(f"agent {self.declaration.name!r}: the sandbox was not prepared for it")
-        sandbox: Any = getattr(ctx, "sandbox")
+        sandbox: Any = ctx.sandbox  # type: ignore[attr-defined]  # AttemptContext's (the Docker sandbox)
         await self.gateway.start(ctx)
         try:
             await sandbox.serve_task(_TaskDoor(ctx).handle)

@@ -90,7 +90,7 @@ def said(fmt: str, answer: dict[str, Any] | None, stream: bytes | None) -> Said:
             except ValueError:
                 blocks[index]["input"] = text
         return _anthropic([blocks[i] for i in sorted(blocks)])
-    text, calls = "", {}
+    text, calls = "", dict[int, dict[str, Any]]()
     for _name, data in events:
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}

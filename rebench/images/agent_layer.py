@@ -28,7 +28,8 @@ def agent_image_tag(engine: DockerEngine, environment_image: str, declaration: A
         raise RebenchError(f"image {environment_image} not found; build the environment first")
     install = json.dumps(declaration.install.model_dump(), sort_keys=True).encode()
     env_name = environment_image.split("/", 1)[-1].replace(":", "-").replace("env-", "", 1)
-    return f"{AGENT_REPOSITORY.format(name=declaration.name)}:{env_name}-{digest(dockerfile, base_id.encode(), install)}"
+    content = digest(dockerfile, base_id.encode(), install)
+    return f"{AGENT_REPOSITORY.format(name=declaration.name)}:{env_name}-{content}"
 
 
 def _dockerfile() -> Path:
