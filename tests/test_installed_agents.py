@@ -50,6 +50,18 @@ def _claude_steps() -> list[dict[str, Any]]:
             {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
 
 
+def _codex_steps() -> list[dict[str, Any]]:
+    def shell(command: str) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command}}],
+                "usage": {"input_tokens": 1200, "output_tokens": 40}}
+
+    return [shell("head -c 2000 ~/.rebench/instructions.md"),
+            shell(f"echo '{MARKER}' >> solution.py"),
+            shell("task score"),
+            shell(SCAN),
+            {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
+
+
 def _run(agent: str, model: str, server: FakeModelServer, db: Path, base_url: str) -> Any:
     return run_cli("run", "--env", "triton_cumsum", "--agent", agent, "--model", model, "--base-url", base_url,
                    "--profile", "tiny", "--budget", "10m", "-k", "1", "--backend", "docker", "--db", str(db),
@@ -95,3 +107,10 @@ def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibra
         _check_attempt(calibrated_kernel_db, server)
         shown = run_cli("attempts", "show", "1", "--db", str(calibrated_kernel_db))
         assert "model_call" in shown.stdout or "Bash" in shown.stdout, shown.stdout
+
+
+def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
+    with FakeModelServer(_codex_steps(), require_key=KEY, aside=_side_call) as server:
+        result = _run("codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db, server.openai_url)
+        assert result.returncode == 0, result.stdout + result.stderr
+        _check_attempt(calibrated_kernel_db, server)

@@ -10,14 +10,18 @@ naming them. Once a limit is reached every later request is refused with 429 and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rebench.agents.base import AgentConfig, AgentContext, ModelUsage
 from rebench.environments.metadata import Gateway
 from rebench.errors import LimitExceeded
+from rebench.gateway.formats import HttpError
+from rebench.gateway.meters import Meter
 from rebench.gateway.server import Exchange, GatewayServer
 from rebench.gateway.transcript import said
 from rebench.gateway.upstreams import make_upstream, upstream_price
@@ -40,6 +44,18 @@ def agent_gateway_config(config: AgentConfig, max_tokens: int) -> Gateway:
     return Gateway(model=spec.name, upstream=f"{spec.provider}/{spec.name}", base_url=config.base_url,
                    credit_usd=config.cost_limit_usd, concurrency=CONCURRENCY, timeout_s=600,
                    max_tokens=max_tokens, max_n=1)
+
+
+class _AgentServer(GatewayServer):
+    """The agent's gateway: a credit refusal of the agent's meter is its cost limit reached."""
+
+    on_refused: Callable[[str], None] | None = None
+
+    def refuse_credit(self, meter: Meter, worst: float) -> HttpError:
+        refusal = super().refuse_credit(meter, worst)
+        if meter.name == "agent" and self.on_refused is not None:
+            self.on_refused(str(refusal))
+        return refusal
 
 
 class AgentGateway:
@@ -70,9 +86,11 @@ class AgentGateway:
         attempt_id = int(getattr(getattr(ctx, "recorder", None), "attempt_id", 0))
         upstream = make_upstream(self.gateway, Path("."), None)
         self.ctx = ctx
-        self.server = GatewayServer(self.gateway, upstream, store=store, attempt_id=attempt_id,
-                                    price=upstream_price(self.gateway))
-        self.server.observer = self._observe
+        server = _AgentServer(self.gateway, upstream, store=store, attempt_id=attempt_id,
+                              price=upstream_price(self.gateway))
+        server.observer = self._observe
+        server.on_refused = self._refused
+        self.server = server
         await self.server.start_unix(self.socket_path)
 
     def _observe(self, exchange: Exchange) -> None:
@@ -96,6 +114,15 @@ class AgentGateway:
         except LimitExceeded as exc:
             self.limit = exc
             self._refuse_more(str(exc))
+
+    def _refused(self, why: str) -> None:
+        """The request did not fit in what is left of the cost limit: the attempt ends as `limit` (cost)."""
+        if self.limit is not None or self.ctx is None:
+            return
+        self.limit = LimitExceeded("cost", why)
+        with contextlib.suppress(Exception):
+            self.ctx.log_event("limit", which="cost", detail=why[:500])
+        self._refuse_more(why)
 
     def _refuse_more(self, why: str) -> None:
         """Past a limit the agent's credit is closed: every later request gets 429."""

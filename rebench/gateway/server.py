@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 from rebench.environments.metadata import Gateway
 from rebench.gateway.formats import ENDPOINTS, HttpError, error_body
 from rebench.gateway.meters import Credit, Meter, new_token
-from rebench.gateway.policy import PolicyError, parse_body, plan_request
+from rebench.gateway.policy import PolicyError, allowed_betas, parse_body, plan_request
 from rebench.gateway.records import Records
 from rebench.gateway.relaying import Relaying
 from rebench.gateway.route import convert_reply, make_route
@@ -47,12 +47,15 @@ from rebench.gateway.serving import (
     tcp_socket,
     unix_socket,
 )
+from rebench.gateway.upstream_http import ANTHROPIC_BETA
 from rebench.gateway.upstreams import Reply, Upstream, UpstreamError
 from rebench.models.prices import ModelPrice
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
 T = TypeVar("T")
+ANTHROPIC_FORMATS = ("messages", "count_tokens")
+"""Requests whose `anthropic-beta` header is passed on (cut to the allowed flags)."""
 
 
 @dataclass
@@ -209,6 +212,8 @@ class GatewayServer:
                 raise _closing(HttpError(exc.status, str(exc), "invalid_request_error")) from None
             parsed = await self._parse(body)
             model = str(parsed.get("model", ""))[:128]
+            ANTHROPIC_BETA.set(allowed_betas(request.headers.get("anthropic-beta")) if fmt in ANTHROPIC_FORMATS
+                               else None)
             return await self._answer(meter, fmt, parsed, endpoint, model, started)
         except ClientDisconnect:  # gone while sending its body: nothing to answer, no row (as before)
             return Response(status_code=400, headers={"connection": "close"})
