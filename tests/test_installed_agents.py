@@ -94,7 +94,11 @@ def _check_attempt(db: Path, server: FakeModelServer) -> None:
     assert scan.strip() == "0", scan  # no file, no process environment, and `env` has no line with it
     assert any(KEY in (r.headers.get("x-api-key", "") + r.headers.get("authorization", ""))
                for r in server.requests)
-    for folder in (Path(snapshot), Path(snapshot).with_name(Path(snapshot).name + "-agent")):
+    base = Path(snapshot).parent if Path(snapshot).name == "final" else Path(snapshot)  # rescore_best: final/
+    agent_dir = base.with_name(base.name + "-agent")
+    assert (agent_dir / "model-calls").is_dir() and sessions[0]["data"]["agent_session_files"][0].startswith(
+        str(agent_dir))
+    for folder in (base, agent_dir):
         for path in folder.rglob("*"):
             if path.is_file():
                 assert KEY.encode() not in path.read_bytes(), path

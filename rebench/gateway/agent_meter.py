@@ -71,6 +71,7 @@ class AgentGateway:
         self.limit: LimitExceeded | None = None
         """Set when a call reached the token or cost limit: the agent must stop."""
         self.calls = 0
+        self.price_known = False
 
     @property
     def socket_path(self) -> str:
@@ -86,6 +87,7 @@ class AgentGateway:
         attempt_id = int(getattr(getattr(ctx, "recorder", None), "attempt_id", 0))
         upstream = make_upstream(self.gateway, Path("."), None)
         self.ctx = ctx
+        self.price_known = upstream_price(self.gateway).priced
         server = _AgentServer(self.gateway, upstream, store=store, attempt_id=attempt_id,
                               price=upstream_price(self.gateway))
         server.observer = self._observe
@@ -108,6 +110,7 @@ class AgentGateway:
                            output_tokens=exchange.tokens[1], cost_usd=exchange.cost, wait_s=exchange.latency_s,
                            extra={"via": "gateway", "endpoint": exchange.endpoint, "status": exchange.status,
                                   "stream": exchange.stream is not None, "body_file": str(body_file),
+                                  "price_known": self.price_known,
                                   **({"error": exchange.error} if exchange.error else {})})
         try:
             self.ctx.record_model_call(usage, text=text[:20_000], tool_calls=tool_calls, turn=self.calls)

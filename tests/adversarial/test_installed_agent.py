@@ -45,8 +45,9 @@ def test_session_log_collection_does_not_follow_the_agents_links(tmp_path: Path,
     assert result.returncode == 0, result.stdout + result.stderr
     with sqlite3.connect(calibrated_kernel_db) as connection:
         (snapshot,), = connection.execute("select snapshot_path from attempts").fetchall()
-    agent_dir = Path(snapshot).with_name(Path(snapshot).name + "-agent")
-    copied = sorted(str(p.relative_to(agent_dir)) for p in agent_dir.rglob("*")) if agent_dir.exists() else []
+    base = Path(snapshot).parent if Path(snapshot).name == "final" else Path(snapshot)
+    agent_dir = base.with_name(base.name + "-agent")
+    copied = sorted(str(p.relative_to(agent_dir)) for p in agent_dir.rglob("*"))
     assert not any("scoring" in p or "protected" in p for p in copied), copied
 
 
