@@ -76,7 +76,8 @@ def test_every_call_is_a_model_call_event_with_its_tool_calls_and_bodies(tmp_pat
 def test_past_the_token_limit_requests_are_refused_and_the_agent_stopped(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    steps = [{"text": "one", "usage": {"input_tokens": 900, "output_tokens": 200}}, {"text": "two"}]
+    steps: list[dict[str, Any]] = [{"text": "one", "usage": {"input_tokens": 900, "output_tokens": 200}},
+                                   {"text": "two"}]
     with FakeModelServer(steps, require_key=KEY) as server:
         ctx = _context(tmp_path, server, token_limit=1000)
         gateway = AgentGateway(agent_gateway_config(ctx.config, 4096), tmp_path / "calls")

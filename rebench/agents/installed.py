@@ -122,12 +122,23 @@ class InstalledAgent:
             await asyncio.shield(self.gateway.close())
 
     async def collect(self, sandbox: Any, dest: Path) -> list[str]:
-        """Copy the agent's own session logs out of the sandbox (after it ended) into `dest`."""
+        """Copy the agent's own session logs out of the sandbox (after it ended) into `dest`.
+
+        The copy is root's (the engine's archive API), and the folders are the agent's: a folder on the
+        way that the agent turned into a link would have root copy whatever it points to (the
+        environment's scoring code, protected files) into the attempt's records. So the agent's
+        processes are stopped first (nothing can change the path meanwhile) and a path is copied only
+        when it resolves to itself, with no link anywhere on it."""
         from rebench.sandbox.snapshot import SnapshotBudget
 
+        with contextlib.suppress(Exception):
+            await sandbox.kill_agent_processes()
         copied = []
         for relative in self.declaration.session_logs:
             source = sandbox.paths.in_home(relative)
+            resolved = await sandbox.exec(["realpath", "-e", "--", source], user="root", timeout=30)
+            if not resolved.ok or resolved.stdout.strip() != source:
+                continue  # missing, or a link on the way: not the agent's log folder
             target = dest / relative.replace("/", "_")
             with contextlib.suppress(Exception):
                 await sandbox.copy_out(source, str(target), SnapshotBudget(256 * 1024**2, 10_000))

@@ -22,8 +22,8 @@ from rebench.environments.metadata import Gateway
 from rebench.errors import LimitExceeded
 from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
-from rebench.gateway.server import Exchange, GatewayServer
-from rebench.gateway.transcript import said
+from rebench.gateway.server import GatewayServer
+from rebench.gateway.transcript import Exchange, said
 from rebench.gateway.upstreams import make_upstream, upstream_price
 from rebench.models.names import parse_model, require_key
 

@@ -24,6 +24,7 @@ from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
 from rebench.gateway.route import Route
 from rebench.gateway.streams import Relay, UpstreamStreamError
+from rebench.gateway.transcript import Exchange
 from rebench.gateway.upstreams import Reply, UpstreamStream
 
 if TYPE_CHECKING:
@@ -132,8 +133,6 @@ class Relaying:
                                cost=cost, error=note)
             observer = self.server.observer
             if observer is not None and flow.request is not None:
-                from rebench.gateway.server import Exchange
-
                 with contextlib.suppress(Exception):  # the recorder never breaks a stream's accounting
                     observer(Exchange(meter.name, flow.fmt, endpoint, model, flow.request, None, bytes(flow.sent),
                                       200 if error is None else error[0], usage, cost,

@@ -47,6 +47,7 @@ from rebench.gateway.serving import (
     tcp_socket,
     unix_socket,
 )
+from rebench.gateway.transcript import Exchange
 from rebench.gateway.upstream_http import ANTHROPIC_BETA
 from rebench.gateway.upstreams import Reply, Upstream, UpstreamError
 from rebench.models.prices import ModelPrice
@@ -56,24 +57,6 @@ from rebench.store.models import GatewayRequest
 T = TypeVar("T")
 ANTHROPIC_FORMATS = ("messages", "count_tokens")
 """Requests whose `anthropic-beta` header is passed on (cut to the allowed flags)."""
-
-
-@dataclass
-class Exchange:
-    """One answered request as the caller sent it and as it got it back (a stream: the events' bytes)."""
-
-    meter: str
-    fmt: str
-    endpoint: str
-    model: str
-    request: dict[str, Any]
-    answer: dict[str, Any] | None
-    stream: bytes | None
-    status: int
-    tokens: tuple[int, int]
-    cost: float
-    latency_s: float
-    error: str | None = None
 
 
 @dataclass

@@ -5,9 +5,28 @@ of installed agents (rebench.gateway.agent_meter) stores them on each `model_cal
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 Said = tuple[str, list[dict[str, Any]]]
+
+
+@dataclass
+class Exchange:
+    """One answered request as the caller sent it and as it got it back (a stream: the events' bytes)."""
+
+    meter: str
+    fmt: str
+    endpoint: str
+    model: str
+    request: dict[str, Any]
+    answer: dict[str, Any] | None
+    stream: bytes | None
+    status: int
+    tokens: tuple[int, int]
+    cost: float
+    latency_s: float
+    error: str | None = None
 
 
 def _events(stream: bytes) -> list[tuple[str, Any]]:
