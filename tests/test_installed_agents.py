@@ -118,3 +118,32 @@ def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_ke
         result = _run("codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db, server.openai_url)
         assert result.returncode == 0, result.stdout + result.stderr
         _check_attempt(calibrated_kernel_db, server)
+
+
+SLEEPER = """
+description = "edits the solution, then works past its budget"
+api = "anthropic"
+command = "echo '# the sleeper was here' >> solution.py; sleep 100000"
+
+[install]
+"""
+
+
+def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapshotted(
+        tmp_path: Path, calibrated_kernel_db: Path) -> None:
+    declarations = tmp_path / "agents"
+    declarations.mkdir()
+    (declarations / "sleeper.toml").write_text(SLEEPER)
+    with FakeModelServer([], require_key=KEY) as server:
+        result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
+                         "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
+                         "--db", str(calibrated_kernel_db),
+                         env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
+                         timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with sqlite3.connect(calibrated_kernel_db) as connection:
+        (status, limit, submitted, snapshot, working), = connection.execute(
+            "select status, limit_reason, submitted, snapshot_path, working_s from attempts").fetchall()
+    assert (status, limit, submitted) == ("limit", "time", 0)
+    assert working < 20 + 5  # killed at the budget's end, not when its command's own timeout ran out
+    assert "# the sleeper was here" in (Path(snapshot) / "solution.py").read_text()

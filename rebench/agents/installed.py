@@ -105,13 +105,16 @@ class InstalledAgent:
             ctx.log_event("note", message=f"{self.declaration.name} started: {command}")
             run = asyncio.ensure_future(sandbox.exec(["bash", "-c", command], user="agent", env=env,
                                                      cwd=paths.solution, timeout=ctx.remaining_s() + 5))
-            while not run.done():
-                await asyncio.wait({run}, timeout=0.2)
-                if self.gateway.limit is not None:
+            try:
+                while not run.done():
+                    await asyncio.wait({run}, timeout=0.2)
+                    if self.gateway.limit is not None:
+                        raise self.gateway.limit
+            finally:
+                if not run.done():  # the budget ended (the runner cancels us) or a limit: kill the agent's command
                     run.cancel()
                     with contextlib.suppress(BaseException):
                         await run
-                    raise self.gateway.limit
             result = run.result()
             ctx.log_event("note", message=f"{self.declaration.name} exited with status {result.exit_code}",
                           data={"exit_code": result.exit_code, "stdout_tail": result.stdout[-OUTPUT_TAIL:],
