@@ -13,6 +13,7 @@ files beside it, while the fake provider did receive it (the harness's gateway s
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,9 @@ def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibra
         assert result.returncode == 0, result.stdout + result.stderr
         _check_attempt(calibrated_kernel_db, server)
         shown = run_cli("attempts", "show", "1", "--db", str(calibrated_kernel_db))
-        assert "model_call" in shown.stdout or "Bash" in shown.stdout, shown.stdout
+        flat = re.sub(r"[\s│]+", " ", shown.stdout)  # the events table's cells, unwrapped
+        assert flat.count("tool calls: Bash(") >= 4, shown.stdout
+        assert flat.index("task score") < flat.rindex("said: Done: scored once."), shown.stdout
 
 
 def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
