@@ -121,3 +121,23 @@ def test_only_known_anthropic_betas_pass() -> None:
     assert allowed_betas("claude-code-20250219, files-api-2025-04-14,effort-2025-11-24") == \
         "claude-code-20250219,effort-2025-11-24"
     assert allowed_betas("mcp-client-2025-04-04") is None and allowed_betas(None) is None
+
+
+def test_provider_refusals_are_retried_off_the_agents_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    steps: list[dict[str, Any]] = [{"status": 529}, {"status": 500}, {"text": "answered"}]
+    with FakeModelServer(steps, require_key=KEY) as server:
+        ctx = _context(tmp_path, server)
+        gateway = AgentGateway(agent_gateway_config(ctx.config, 4096), tmp_path / "calls", retry_base_s=0.2)
+
+        async def go() -> Any:
+            await gateway.start(ctx)
+            try:
+                return await _ask(_client(gateway), "hello")
+            finally:
+                await gateway.close()
+
+        reply = asyncio.run(go())
+    assert reply.content[0].text == "answered" and len(server.requests) == 3
+    paused = [p for p in ctx.clock.pauses if p.reason == "provider-retry"]
+    assert len(paused) == 2 and sum(p.length(0.0) for p in paused) >= 0.2 + 0.4 - 0.05

@@ -6,6 +6,7 @@ request of the agent's meter becomes a `model_call` event (text, tool calls, tok
 the attempt's context, which also counts tokens and cost against `--token-limit` / `--cost-limit`; the
 request and answer bodies are files beside the attempt's snapshots (`model-calls/NNNN.json`), the event
 naming them. Once a limit is reached every later request is refused with 429 and the agent is stopped.
+A provider's rate limits, overloads and 5xx are retried here with the clock paused (agent_retry).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from rebench.agents.base import AgentConfig, AgentContext, ModelUsage
 from rebench.environments.metadata import Gateway
 from rebench.errors import LimitExceeded
+from rebench.gateway.agent_retry import RetryingUpstream
 from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
 from rebench.gateway.server import GatewayServer
@@ -61,8 +63,9 @@ class _AgentServer(GatewayServer):
 class AgentGateway:
     """One attempt's gateway for its installed agent, on a Unix socket in its own host folder."""
 
-    def __init__(self, gateway: Gateway, calls_dir: Path) -> None:
+    def __init__(self, gateway: Gateway, calls_dir: Path, *, retry_base_s: float = 2.0) -> None:
         self.gateway = gateway
+        self.retry_base_s = retry_base_s
         self.calls_dir = calls_dir
         self.socket_dir = Path(tempfile.mkdtemp(prefix="rbag-"))
         self.socket_dir.chmod(0o700)
@@ -85,7 +88,8 @@ class AgentGateway:
     async def start(self, ctx: AgentContext) -> None:
         store = getattr(getattr(ctx, "recorder", None), "store", None)
         attempt_id = int(getattr(getattr(ctx, "recorder", None), "attempt_id", 0))
-        upstream = make_upstream(self.gateway, Path("."), None)
+        upstream = RetryingUpstream(make_upstream(self.gateway, Path("."), None), ctx.pause,
+                                    base_s=self.retry_base_s)
         self.ctx = ctx
         self.price_known = upstream_price(self.gateway).priced
         server = _AgentServer(self.gateway, upstream, store=store, attempt_id=attempt_id,
