@@ -141,3 +141,37 @@ def test_provider_refusals_are_retried_off_the_agents_clock(tmp_path: Path, monk
     assert reply.content[0].text == "answered" and len(server.requests) == 3
     paused = [p for p in ctx.clock.pauses if p.reason == "provider-retry"]
     assert len(paused) == 2 and sum(p.length(0.0) for p in paused) >= 0.2 + 0.4 - 0.05
+
+
+def test_a_request_past_the_cost_limit_is_refused_and_ends_the_attempt_as_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."anthropic/claude-test"]\ninput_per_mtok = 1000.0\noutput_per_mtok = 1000.0\n')
+    monkeypatch.setenv("REBENCH_PRICES", str(prices))
+    steps: list[dict[str, Any]] = [{"text": "a", "usage": {"input_tokens": 400, "output_tokens": 10}}] * 5
+    with FakeModelServer(steps, require_key=KEY) as server:
+        ctx = _context(tmp_path, server, cost_limit_usd=1.0)
+        gateway = AgentGateway(agent_gateway_config(ctx.config, 4096), tmp_path / "calls")
+
+        async def go() -> int:
+            await gateway.start(ctx)
+            client = _client(gateway)
+            answered = 0
+            try:
+                for _ in range(5):
+                    try:
+                        await _ask(client, "again")
+                    except anthropic.RateLimitError:
+                        break
+                    answered += 1
+            finally:
+                await gateway.close()
+            return answered
+
+        answered = asyncio.run(go())
+    # each call costs $0.41 and reserves its worst case first (the JSON's bytes in + 64 out at $1000/Mtok):
+    # after two, what is left of the $1 limit cannot cover a third, which the provider never sees
+    assert answered == 2 and len(server.requests) == 2
+    assert gateway.limit is not None and gateway.limit.which == "cost"
+    assert [data["which"] for kind, data in ctx.events if kind == "limit"] == ["cost"]
