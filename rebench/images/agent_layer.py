@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from rebench.agents.declared import AgentDeclaration
+from rebench.environments.build import build_lock
 from rebench.errors import RebenchError
 from rebench.images.naming import LABEL_KIND, digest, dockerfiles_dir
 from rebench.paths import cache_dir
@@ -45,6 +46,14 @@ def build_agent_image(engine: DockerEngine, environment_image: str, declaration:
     tag = agent_image_tag(engine, environment_image, declaration)
     if engine.image_id(tag) is not None:
         return tag
+    with build_lock(cache_dir() / "agent-images" / tag.replace("/", "_").replace(":", "_")):
+        if engine.image_id(tag) is None:  # parallel attempts: the first builds, the others wait for it
+            _build(engine, environment_image, declaration, tag, log)
+    return tag
+
+
+def _build(engine: DockerEngine, environment_image: str, declaration: AgentDeclaration, tag: str,
+           log: object) -> None:
     install = declaration.install
     with tempfile.TemporaryDirectory(prefix="rebench-agent-", dir=cache_dir()) as scratch:
         context = Path(scratch)
@@ -56,4 +65,3 @@ def build_agent_image(engine: DockerEngine, environment_image: str, declaration:
             "NPM_PACKAGES": " ".join(install.npm),
             "PIP_PACKAGES": " ".join(install.pip),
         }, {LABEL_KIND: "agent"}, log if callable(log) else (lambda _line: None))
-    return tag
