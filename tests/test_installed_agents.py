@@ -29,7 +29,7 @@ KEY = "sk-provider-KEEPOUT-4f9d2c"
 SPLIT_KEY = '"sk-provider-KEEP""OUT-4f9d2c"'
 """The key as the shell sees it in the script's commands, so the script itself never holds it."""
 MARKER = "# edited by the installed agent"
-SCAN = ("{ grep -rIl -s " + SPLIT_KEY + " /home /tmp /run /etc /opt /var 2>/dev/null; "
+SCAN = ("{ grep -rIl -s " + SPLIT_KEY + " /home /tmp /dev/shm /run /etc /opt/rebench /var 2>/dev/null; "
         "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -l -s -a " + SPLIT_KEY
         + " $f; done; env | grep -c " + SPLIT_KEY + "; } > keyscan.txt; true")
 
@@ -66,6 +66,7 @@ def _codex_steps() -> list[dict[str, Any]]:
 def _run(agent: str, model: str, server: FakeModelServer, db: Path, base_url: str) -> Any:
     return run_cli("run", "--env", "triton_cumsum", "--agent", agent, "--model", model, "--base-url", base_url,
                    "--profile", "tiny", "--budget", "10m", "-k", "1", "--backend", "docker", "--db", str(db),
+                   "--final-rule", "best",  # no re-scoring: the agent's run is what is under test
                    env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY, "OPENAI_COMPATIBLE_API_KEY": KEY},
                    timeout=2400)
 
@@ -140,6 +141,7 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
+                         "--final-rule", "best",
                          "--db", str(calibrated_kernel_db),
                          env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
                          timeout=1800)

@@ -39,6 +39,7 @@ def test_session_log_collection_does_not_follow_the_agents_links(tmp_path: Path,
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "linker", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "5m", "--backend", "docker",
+                         "--final-rule", "best",
                          "--db", str(calibrated_kernel_db),
                          env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
                          timeout=1800)
