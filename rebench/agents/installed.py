@@ -142,7 +142,7 @@ class InstalledAgent:
             resolved = await sandbox.exec(["realpath", "-e", "--", source], user="root", timeout=30)
             if not resolved.ok or resolved.stdout.strip() != source:
                 continue  # missing, or a link on the way: not the agent's log folder
-            target = dest / relative.replace("/", "_")
+            target = dest / relative.replace("/", "_").lstrip("._")  # .claude/projects -> claude_projects
             with contextlib.suppress(Exception):
                 await sandbox.copy_out(source, str(target), SnapshotBudget(256 * 1024**2, 10_000))
                 if target.exists():
