@@ -240,6 +240,7 @@ class AttemptRunner:
                                  agent=config.name)
         sandbox: Sandbox | None = None
         gateway: AttemptGateway | None = None
+        agent: Agent | None = None
         network = effective_network(self.network, profile.network)
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
@@ -320,6 +321,9 @@ class AttemptRunner:
             finally:
                 if gateway is not None:  # after re-scoring: the scorer may call it until then
                     await asyncio.shield(gateway.close())
+                release = getattr(agent, "release", None)  # an installed agent's host folder, once the sandbox is gone
+                if release is not None:
+                    release()
         return outcome
 
     async def _prepare(self, attempt_id: int, profile_name: str, spec: SandboxSpec, clock: AttemptClock,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,7 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     declarations = tmp_path / "agents"
     declarations.mkdir()
     (declarations / "sleeper.toml").write_text(SLEEPER)
+    folders = set(Path(tempfile.gettempdir()).glob("rbag-*"))
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
@@ -152,3 +154,5 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     assert (status, limit, submitted) == ("limit", "time", 0)
     assert working < 20 + 5  # killed at the budget's end, not when its command's own timeout ran out
     assert "# the sleeper was here" in (Path(snapshot) / "solution.py").read_text()
+    # the gateway's socket folder is gone once the container is (snapshots recreate it while it runs)
+    assert set(Path(tempfile.gettempdir()).glob("rbag-*")) <= folders

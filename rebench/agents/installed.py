@@ -124,6 +124,11 @@ class InstalledAgent:
         finally:
             await asyncio.shield(self.gateway.close())
 
+    def release(self) -> None:
+        """After the sandbox stopped: the gateway's host folder goes."""
+        if self.gateway is not None:
+            self.gateway.remove_folder()
+
     async def collect(self, sandbox: Any, dest: Path) -> list[str]:
         """Copy the agent's own session logs out of the sandbox (after it ended) into `dest`.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -139,6 +140,9 @@ class AgentGateway:
     async def close(self) -> None:
         if self.server is not None:
             await self.server.close()
-        import shutil
+        self.remove_folder()
 
+    def remove_folder(self) -> None:
+        """Remove the socket's host folder. Again once the container is gone: the engine's archive API
+        (snapshots) recreates a bind mount's missing source folder while the container exists."""
         shutil.rmtree(self.socket_dir, ignore_errors=True)
