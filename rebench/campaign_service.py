@@ -26,13 +26,17 @@ if TYPE_CHECKING:
     from rebench.store.db import Store
 
 
-def _check_agent(config: AgentConfig) -> None:
-    """A bad agent name or script, or a model without its key or SDK, fails before any sandbox starts."""
+def _check_agent(config: AgentConfig, backend: str) -> None:
+    """A bad agent name or script, or a model without its key or SDK, fails before any sandbox starts;
+    so does an installed agent on a backend it cannot run in."""
     from rebench.agents.registry import load_agent
     from rebench.models import check_model_available
 
-    load_agent(config)
+    agent = load_agent(config)
     check_model_available(config)
+    check = getattr(agent, "check", None)
+    if check is not None:
+        check(backend)
 
 
 def _engine_disk_warning() -> str | None:
@@ -107,9 +111,9 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     check_database(db)
     registry = EnvironmentRegistry()
     envs = [checked_environment(registry.get(name), spec.profile) for name in spec.environments]
-    for agent in spec.agents:
-        _check_agent(agent)
     spec = spec.model_copy(update={"backend": choose_backend(spec.backend, observer)})
+    for agent in spec.agents:
+        _check_agent(agent, spec.chosen_backend)
     if spec.gpus and all(env.profile(spec.profile).resources.gpus == 0 for env in envs):
         raise RebenchError(f"--gpus {','.join(map(str, spec.gpus))}: the {spec.profile} profile of "
                            f"{', '.join(env.name for env in envs)} needs no GPU; leave --gpus out")

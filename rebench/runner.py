@@ -100,6 +100,21 @@ def _pause_while_busy(clock: AttemptClock, recorder: AttemptRecorder, reason: st
     return busy
 
 
+def _agent_dir(snapshot_base: Path) -> Path:
+    """Beside the attempt's snapshot: an installed agent's model-call bodies and its own session logs."""
+    return snapshot_base.with_name(snapshot_base.name + "-agent")
+
+
+async def _collect_agent_files(agent: Agent, sandbox: Sandbox, dest: Path, recorder: AttemptRecorder) -> None:
+    """An installed agent's own transcript (its session files), copied out once it ended."""
+    collect = getattr(agent, "collect", None)
+    if collect is None:
+        return
+    copied = await collect(sandbox, dest)
+    recorder.event("note", message=f"the agent's own session files: {', '.join(copied) or 'none found'}",
+                   data={"agent_session_files": copied})
+
+
 class AttemptRunner:
     """Runs one planned attempt row to completion."""
 
@@ -196,6 +211,7 @@ class AttemptRunner:
                                  agent=config.name)
         sandbox: Sandbox | None = None
         gateway: AttemptGateway | None = None
+        agent: Agent | None = None
         network = effective_network(self.network, profile.network)
         if hooks.reattach is None:
             self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=_now(), backend=self.backend,
@@ -210,6 +226,11 @@ class AttemptRunner:
                 cpus=profile.resources.cpus, memory_gb=profile.resources.memory_gb, gpus=self.gpus,
                 network=network,
             ).model_copy(update=hooks.spec_update)
+            prepare = getattr(agent, "prepare_sandbox", None)
+            if prepare is not None and hooks.reattach is None:
+                # An agent installed in the sandbox (rebench.agents.installed): its image layer, its gateway.
+                self.progress(attempt_id, "preparing the agent's image")
+                spec = await asyncio.to_thread(prepare, spec, self.env, _agent_dir(snapshot_base) / "model-calls")
             if profile.gateway is not None:
                 # A keep-alive (human) sandbox outlives this process: its gateway keeps its socket and
                 # tokens for the gateway of the next supervisor to serve again, in a host folder beside
@@ -251,6 +272,7 @@ class AttemptRunner:
                 recorder.event("note", message="resumed on the running sandbox by a new harness process")
             self.progress(attempt_id, "agent running")
             await self._run_agent(agent, ctx, sandbox, outcome)
+            await _collect_agent_files(agent, sandbox, _agent_dir(snapshot_base), recorder)
             if outcome.status == AttemptStatus.DONE and not await sandbox.alive():
                 raise InfrastructureFailure("the sandbox stopped during the attempt")
         except asyncio.CancelledError:
@@ -271,6 +293,9 @@ class AttemptRunner:
             finally:
                 if gateway is not None:  # after re-scoring: the scorer may call it until then
                     await asyncio.shield(gateway.close())
+                release = getattr(agent, "release", None)  # an installed agent's host folder, once the sandbox is gone
+                if release is not None:
+                    release()
         return outcome
 
     async def _prepare(self, attempt_id: int, profile_name: str, spec: SandboxSpec, clock: AttemptClock,

@@ -45,6 +45,8 @@ def check_anthropic(body: dict[str, Any]) -> str | None:
     expected = "user"
     pending: set[str] = set()
     for i, message in enumerate(messages):
+        if message.get("role") == "system" and i > 0:
+            continue  # a system message between turns (Claude Code 2.1 sends its environment notes so)
         if message.get("role") != expected:
             return f"messages[{i}]: roles must alternate starting with user"
         content = message.get("content")

@@ -27,7 +27,7 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -73,8 +73,12 @@ class FakeModelServer:
         require_key: str | None = None,
         max_prompt_chars: int | None = None,
         repeat: bool = False,
+        aside: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
         self.steps: list[dict[str, Any]] = list(steps)
+        self.aside = aside
+        """Answers a request off the script when it returns a step (a real agent's side calls, e.g. a
+        title or a probe without tools), so the script stays the episode."""
         self.repeat = repeat
         """Answer with the script's steps over and over (benchmarks) instead of running out."""
         self.require_key = require_key
@@ -180,7 +184,8 @@ class FakeModelServer:
                     if size > server.max_prompt_chars:
                         self._error(api, 400, f"{CONTEXT_ERROR} ({size} > {server.max_prompt_chars} chars)")
                         return
-                step = server._next_step()
+                step = server.aside(api, body) if server.aside is not None else None
+                step = step if step is not None else server._next_step()
                 if step is None:
                     step = {"text": EXHAUSTED_TEXT}
                 if step.get("delay_s"):

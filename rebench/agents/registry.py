@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import cast
 
 from rebench.agents.base import Agent, AgentConfig
@@ -54,10 +55,23 @@ def _builtin_target(name: str) -> str:
     return f"rebench.agents.{name}.agent:create_agent"
 
 
+def _declared() -> dict[str, Path]:
+    """Installed agents' declaration files (rebench.agents.declared) by name; a name taken twice is an error."""
+    from rebench.agents.declared import declared_agents
+
+    declared = declared_agents()
+    taken = set(_builtin_names()) | set(_plugins())
+    for name, path in declared.items():
+        if name in taken:
+            raise RebenchError(f"agent declaration {path} has the name of another agent {name!r}; rename the file")
+    return declared
+
+
 def available_agents() -> dict[str, str]:
-    """Agent name -> where it comes from (built-in module or entry point)."""
+    """Agent name -> where it comes from (built-in module, entry point or declaration file)."""
     found = {name: _builtin_target(name) for name in _builtin_names()}
     found.update((name, ep.value) for name, ep in _plugins().items())
+    found.update((name, str(path)) for name, path in _declared().items())
     return found
 
 
@@ -67,6 +81,11 @@ def load_agent(config: AgentConfig) -> Agent:
     if config.name in _builtin_names():
         module = importlib.import_module(f"rebench.agents.{config.name}.agent")
         agent = cast(AgentFactory, module.create_agent)(config)
+    elif config.name not in plugins and config.name in (declared := _declared()):
+        from rebench.agents.declared import load_declaration
+        from rebench.agents.installed import InstalledAgent
+
+        agent = InstalledAgent(load_declaration(declared[config.name]), config)
     elif config.name not in plugins:
         allowed = ", ".join(sorted(available_agents())) or "(none installed)"
         raise RebenchError(f"unknown agent {config.name!r}; allowed: {allowed}")

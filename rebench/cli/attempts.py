@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -291,9 +292,19 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     for column in ("#", "working s", "kind", "data"):
         events.add_column(column)
     for e in detail["events"]:
-        text = str(e["data"])
+        text = _model_call_text(e["data"]) if e["kind"] == "model_call" else str(e["data"])
         events.add_row(str(e["seq"]), f"{e['working_s']:.1f}", e["kind"], text if len(text) < 300 else text[:300] + "…")
     console.print(events)
+
+
+def _model_call_text(data: dict[str, Any]) -> str:
+    """A model call as one line: tokens, the reply's text and its tool calls (name and arguments)."""
+    calls = "; ".join(f"{c.get('name')}({json.dumps(c.get('arguments'), default=str)[:160]})"
+                      for c in data.get("tool_calls") or [])
+    said = str(data.get("text") or "").strip().replace("\n", " ")[:160]
+    return (f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out tokens, "
+            f"{data.get('wait_s', 0):.2f} s" + (f"; said: {said}" if said else "")
+            + (f"; tool calls: {calls}" if calls else ""))
 
 
 def _human_detail(session: Session, attempt: Attempt, human: HumanSession) -> dict[str, Any]:

@@ -33,13 +33,33 @@ ALLOWED_FIELDS = {
                             "tool_choice", "parallel_tool_calls", "stream", "text", "reasoning", "include", "store",
                             "prompt_cache_key", "user"}),
     "messages": frozenset({"model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k",
-                           "stop_sequences", "stream", "tools", "tool_choice", "metadata", "thinking"}),
-    "count_tokens": frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"}),
+                           "stop_sequences", "stream", "tools", "tool_choice", "metadata", "thinking",
+                           "context_management", "output_config"}),
+    "count_tokens": frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking",
+                               "context_management", "output_config"}),
 }
 """Per endpoint: what a scaffold needs to sample text and call tools. Not in it, among others:
 service_tier, metadata (chat, responses), stream_options beyond include_usage, prediction, audio,
 modalities, previous_response_id and background (they keep state on the provider), mcp_servers and
 container (Messages), best_of (completions: best_of samples are paid for, one is returned)."""
+
+DROPPED_HINTS = {"responses": frozenset({"client_metadata"})}
+"""Fields a known client always sends that change nothing of the answer (Codex's `client_metadata`: its
+session ids): accepted and not forwarded, so the agent works and the provider learns nothing of it."""
+
+ANTHROPIC_BETAS = ("claude-code-", "interleaved-thinking-", "context-management-", "mid-conversation-tool-changes-",
+                   "advanced-tool-use-", "effort-", "thinking-token-count-", "token-efficient-tools-",
+                   "fine-grained-tool-streaming-", "prompt-caching-", "output-128k-", "context-1m-")
+"""`anthropic-beta` flags passed on to an Anthropic upstream (prefixes): features of sampling and of the
+conversation's shape that Claude Code asks for. Others (files, MCP, code execution, ...) would reach the
+operator's account or run on the provider's side; they are dropped."""
+
+
+def allowed_betas(header: str | None) -> str | None:
+    """The caller's `anthropic-beta` header cut down to ANTHROPIC_BETAS (None: nothing left)."""
+    kept = [flag.strip() for flag in (header or "").split(",") if flag.strip().startswith(ANTHROPIC_BETAS)]
+    return ",".join(kept[:16]) or None
+
 
 OUTPUT_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses": "max_output_tokens",
                 "messages": "max_tokens"}
@@ -112,7 +132,7 @@ def _positive_int(request: dict[str, Any], name: str) -> int | None:
 
 def _check_fields(endpoint: str, request: dict[str, Any]) -> None:
     allowed = ALLOWED_FIELDS[endpoint]
-    extra = sorted(set(request) - allowed)
+    extra = sorted(set(request) - allowed - DROPPED_HINTS.get(endpoint, frozenset()))
     if extra:
         raise PolicyError(400, f"field {extra[0]!r} is not allowed through this gateway "
                           f"({len(extra)} such field{'s' if len(extra) > 1 else ''}: {', '.join(extra)[:300]}); "
@@ -184,7 +204,8 @@ def plan_request(endpoint: str, request: dict[str, Any], gateway: Gateway) -> Pl
     _check_fields(endpoint, request)
     _check_tools(endpoint, request)
     stream, include_usage = _check_flags(endpoint, request)
-    body = {name: value for name, value in request.items() if name not in ("stream", "stream_options")}
+    dropped = DROPPED_HINTS.get(endpoint, frozenset()) | {"stream", "stream_options"}
+    body = {name: value for name, value in request.items() if name not in dropped}
     if endpoint == "count_tokens":
         return Plan(body=body, max_output_tokens=0)
     n = _positive_int(request, "n") or 1

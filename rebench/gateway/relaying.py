@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 from starlette.responses import StreamingResponse
@@ -23,11 +24,14 @@ from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
 from rebench.gateway.route import Route
 from rebench.gateway.streams import Relay, UpstreamStreamError
+from rebench.gateway.transcript import Exchange
 from rebench.gateway.upstreams import Reply, UpstreamStream
 
 if TYPE_CHECKING:
     from rebench.gateway.server import GatewayServer
 
+OBSERVED_BYTES = 16 * 1024 * 1024
+"""A stream's events kept for the observer (the flight recorder), at most."""
 CLIENT_GONE = 499
 """A stream's row status when its client left before the end (nginx's "client closed request")."""
 
@@ -37,6 +41,10 @@ class _Flow:
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.request: dict[str, Any] | None = None
+        """The caller's request, kept only when the server has an observer (with `sent`: what it got)."""
+        self.fmt = ""
+        self.sent = bytearray()
 
 
 async def _drained(task: asyncio.Future[UpstreamStream], fmt: str) -> Reply:
@@ -62,7 +70,7 @@ class Relaying:
         self.closing = False
 
     async def start(self, meter: Meter, route: Route, include_usage: bool, worst: float, endpoint: str, model: str,
-                    started: float) -> StreamingResponse:
+                    started: float, request: dict[str, Any] | None = None) -> StreamingResponse:
         """Open the upstream's stream (refusals and errors before its first event are HTTP errors) and
         answer with the stream."""
         if self.closing:
@@ -77,6 +85,8 @@ class Relaying:
         relay = Relay(route.upstream, route.client, include_usage)
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         flow = _Flow()
+        flow.request = request
+        flow.fmt = route.client
         pump = asyncio.ensure_future(self._pump(flow, relay, stream, queue, meter, worst, endpoint, model, started))
         self.flows[pump] = flow
         pump.add_done_callback(lambda done: self.flows.pop(done, None))
@@ -92,8 +102,13 @@ class Relaying:
                 out = relay.feed(name, data)
                 if out:
                     queue.put_nowait(out)
+                    if flow.request is not None and len(flow.sent) < OBSERVED_BYTES:
+                        flow.sent += out
             if relay.complete:
-                queue.put_nowait(relay.end())
+                last = relay.end()
+                queue.put_nowait(last)
+                if flow.request is not None and last:
+                    flow.sent += last
             else:
                 error = 502, "the upstream's stream ended before its last event", "upstream_error"
         except asyncio.CancelledError:
@@ -116,6 +131,12 @@ class Relaying:
             note = None if error is None else f"{error[1]}: charged its reservation, the most it could cost"
             self.server.record(meter, model, endpoint, 200 if error is None else error[0], started, tokens=usage,
                                cost=cost, error=note)
+            observer = self.server.observer
+            if observer is not None and flow.request is not None:
+                with contextlib.suppress(Exception):  # the recorder never breaks a stream's accounting
+                    observer(Exchange(meter.name, flow.fmt, endpoint, model, flow.request, None, bytes(flow.sent),
+                                      200 if error is None else error[0], usage, cost,
+                                      time.monotonic() - started, note))
         with contextlib.suppress(BaseException):
             await stream.aclose()
 

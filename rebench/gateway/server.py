@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 from rebench.environments.metadata import Gateway
 from rebench.gateway.formats import ENDPOINTS, HttpError, error_body
 from rebench.gateway.meters import Credit, Meter, new_token
-from rebench.gateway.policy import PolicyError, parse_body, plan_request
+from rebench.gateway.policy import PolicyError, allowed_betas, parse_body, plan_request
 from rebench.gateway.records import Records
 from rebench.gateway.relaying import Relaying
 from rebench.gateway.route import convert_reply, make_route
@@ -47,12 +47,16 @@ from rebench.gateway.serving import (
     tcp_socket,
     unix_socket,
 )
+from rebench.gateway.transcript import Exchange
+from rebench.gateway.upstream_http import ANTHROPIC_BETA
 from rebench.gateway.upstreams import Reply, Upstream, UpstreamError
 from rebench.models.prices import ModelPrice
 from rebench.store.db import Store
 from rebench.store.models import GatewayRequest
 
 T = TypeVar("T")
+ANTHROPIC_FORMATS = ("messages", "count_tokens")
+"""Requests whose `anthropic-beta` header is passed on (cut to the allowed flags)."""
 
 
 @dataclass
@@ -89,6 +93,8 @@ class GatewayServer:
         self._late: set[asyncio.Task[None]] = set()
         self._http: list[HttpServer] = []
         self.port: int | None = None
+        self.observer: Callable[[Exchange], None] | None = None
+        """Told of every answered request with its bodies (an installed agent's flight recorder)."""
         self.resume_spending()
 
     def use_tokens(self, tokens: dict[str, str]) -> None:
@@ -189,6 +195,8 @@ class GatewayServer:
                 raise _closing(HttpError(exc.status, str(exc), "invalid_request_error")) from None
             parsed = await self._parse(body)
             model = str(parsed.get("model", ""))[:128]
+            ANTHROPIC_BETA.set(allowed_betas(request.headers.get("anthropic-beta")) if fmt in ANTHROPIC_FORMATS
+                               else None)
             return await self._answer(meter, fmt, parsed, endpoint, model, started)
         except ClientDisconnect:  # gone while sending its body: nothing to answer, no row (as before)
             return Response(status_code=400, headers={"connection": "close"})
@@ -255,13 +263,18 @@ class GatewayServer:
         except UpstreamError as exc:
             raise HttpError(exc.status, str(exc), exc.kind) from None
         if plan.stream:
-            return await self.relaying.start(meter, route, plan.include_usage, worst, endpoint, model, started)
+            return await self.relaying.start(meter, route, plan.include_usage, worst, endpoint, model, started,
+                                             request=request if self.observer is not None else None)
         reply = await self.open_call(meter, worst, lambda: self.upstream.call(route.upstream, route.body), endpoint,
                                      started, _result)
         cost = self.price.cost_usd(reply.input_tokens, reply.output_tokens)
         self.finish(meter, worst, cost)
         self.record(meter, model, endpoint, 200, started, tokens=(reply.input_tokens, reply.output_tokens), cost=cost)
-        return JSONResponse(convert_reply(route, reply.body))
+        answer = convert_reply(route, reply.body)
+        if self.observer is not None:
+            self.observer(Exchange(meter.name, fmt, endpoint, model, request, answer, None, 200,
+                                   (reply.input_tokens, reply.output_tokens), cost, time.monotonic() - started))
+        return JSONResponse(answer)
 
     async def _count_tokens(self, meter: Meter, body: dict[str, Any], endpoint: str, model: str,
                             started: float) -> Response:

@@ -107,6 +107,9 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             raise PolicyError(400, "messages must be a list of message objects")
+        if message.get("role") == "system":  # a system message between turns (Claude Code sends them)
+            messages.append({"role": "system", "content": _block_text(message.get("content"))})
+            continue
         _anthropic_turn(message, messages)
     chat["messages"] = messages
     for source, target in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import httpx2
@@ -117,6 +118,11 @@ class OpenAIWireUpstream(_HttpUpstream):
         return max(1, json_bytes(body) // 4)
 
 
+ANTHROPIC_BETA: ContextVar[str | None] = ContextVar("anthropic_beta", default=None)
+"""The request's allowed `anthropic-beta` flags (rebench.gateway.policy.allowed_betas), set by the server
+for the request's task (and the tasks it starts) and sent on with it."""
+
+
 class AnthropicUpstream(_HttpUpstream):
     """Anthropic's Messages API (`base_url` without /v1, as the anthropic SDK takes it)."""
 
@@ -130,8 +136,12 @@ class AnthropicUpstream(_HttpUpstream):
         self.max_tokens = max_tokens
 
     def _headers(self) -> dict[str, str]:
-        return {"Content-Type": "application/json", "Accept": "application/json", "x-api-key": self.key or "",
-                "anthropic-version": ANTHROPIC_VERSION}
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "x-api-key": self.key or "",
+                   "anthropic-version": ANTHROPIC_VERSION}
+        betas = ANTHROPIC_BETA.get()
+        if betas:
+            headers["anthropic-beta"] = betas
+        return headers
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         response = await self._post("count_tokens", body, stream=False)

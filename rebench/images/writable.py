@@ -17,7 +17,8 @@ from rebench.sandbox.base import ExecResult, User
 AGENT_PLACES = ("/home/agent", "/tmp", "/dev/shm")
 """The agent's own: its home (the solution in it) and the scratch folders every user shares."""
 EXCEPTIONS: dict[str, str] = {
-    "/run/rebench-task/task.sock": "the `task` command's socket (human attempts): meant for the agent, "
+    "/run/rebench-task/task.sock": "the `task` command's socket (human attempts, installed agents): meant for "
+                                   "the agent, "
                                    "the exec server checks each caller's uid (SO_PEERCRED)",
 }
 """Writable paths that are meant for the agent, each with the reason."""

@@ -81,6 +81,10 @@ class SandboxSpec(BaseModel):
     """Host Unix socket of the attempt's model gateway (rebench.gateway): a container backend mounts its
     folder root-only and relays 127.0.0.1:`gateway_port` inside to it (the local backend ignores both)."""
     gateway_port: int | None = None
+    agent_gateway_socket: str | None = None
+    """Host Unix socket of an installed agent's own metered gateway (rebench.agents.installed): mounted
+    and relayed from 127.0.0.1:`agent_gateway_port` like the environment's (docker backend only)."""
+    agent_gateway_port: int | None = None
 
 
 @runtime_checkable

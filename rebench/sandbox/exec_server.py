@@ -591,6 +591,13 @@ class Server:
         # The host side runs as the gate folder's owner (not root): it must connect and clean up.
         self.listener = _listen_unix(path, 0o666)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        self.serve_task()
+
+    def serve_task(self) -> None:
+        """Serve the `task` command's socket (keep-alive mode always; a plain attempt on the
+        harness's `task_listen` op, for an agent installed in the sandbox)."""
+        if self.task_listener is not None:
+            return
         os.makedirs(TASK_DIR, exist_ok=True)
         os.chown(TASK_DIR, 0, 0)
         os.chmod(TASK_DIR, 0o755)
@@ -780,6 +787,9 @@ class Server:
                 job.killed = True
                 kill_tree(job.proc.pid, job.marker)
             self.send({"id": request["id"], "ok": job is not None})
+        elif op == "task_listen":
+            self.serve_task()
+            self.send({"id": request["id"], "ok": True})
         elif op == "task_reply":
             client = self.task_waiting.get(int(request.get("task", -1)))
             if client is not None:

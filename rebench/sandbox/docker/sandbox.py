@@ -36,6 +36,8 @@ from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
 
 _SERVER_SOURCE = (Path(__file__).parents[1] / "exec_server.py").read_bytes()
 _FORWARDER_SOURCE = (Path(__file__).with_name("forwarder.py")).read_bytes()
+_TASK_CLIENT_SOURCE = (Path(__file__).parents[1] / "human" / "task.py").read_bytes()
+TASK_CLIENT = "/usr/local/bin/task"
 _LOADER = (
     "import sys;b=sys.stdin.buffer;n=int(b.readline());"
     "exec(compile(b.read(n),'rebench-exec-server','exec'),{'__name__':'__main__'})"
@@ -75,14 +77,17 @@ _CONNECT_S = 15.0
 GATEWAY_MOUNT = "/run/rebench/gateway"
 """Where the container sees the folder of the model gateway's socket (SandboxSpec.gateway_socket);
 /run/rebench is made root-only before anything of the agent runs."""
-_FORWARDER_START = f"""
+AGENT_GATEWAY_MOUNT = "/run/rebench/agent-gateway"
+"""Where the container sees the folder of an installed agent's own gateway socket
+(SandboxSpec.agent_gateway_socket), beside the environment's."""
+_FORWARDER_START = """
 set -eu
 chown root:root /run/rebench && chmod 0700 /run/rebench
 cat > /run/rebench/gateway-forwarder.py
-rm -f /run/rebench/gateway-forwarder.ready
+rm -f /run/rebench/gateway-forwarder-"$1".ready
 env -u REBENCH_EXEC_ID setsid -f /usr/bin/python3 -I /run/rebench/gateway-forwarder.py "$1" \
-  {GATEWAY_MOUNT}/"$2" /run/rebench/gateway-forwarder.ready </dev/null >/dev/null 2>>/run/rebench/gateway-forwarder.log
-for _ in $(seq 200); do [ -s /run/rebench/gateway-forwarder.ready ] && exit 0; sleep 0.05; done
+  "$2" /run/rebench/gateway-forwarder-"$1".ready </dev/null >/dev/null 2>>/run/rebench/gateway-forwarder.log
+for _ in $(seq 200); do [ -s /run/rebench/gateway-forwarder-"$1".ready ] && exit 0; sleep 0.05; done
 echo "the gateway forwarder did not start"; tail -5 /run/rebench/gateway-forwarder.log; exit 1
 """
 
@@ -185,6 +190,8 @@ class DockerSandbox:
             # Read-only: root inside connects to the socket (which works through a read-only bind
             # mount) and never needs to create anything in a host folder.
             binds[str(Path(spec.gateway_socket).parent.resolve())] = {"bind": GATEWAY_MOUNT, "mode": "ro"}
+        if spec.agent_gateway_socket:
+            binds[str(Path(spec.agent_gateway_socket).parent.resolve())] = {"bind": AGENT_GATEWAY_MOUNT, "mode": "ro"}
         host_config = client.api.create_host_config(
             auto_remove=not keep,
             binds=binds or None,
@@ -257,7 +264,10 @@ class DockerSandbox:
         try:
             await self._open_channel(raw, bootstrap=not self.spec.keep_alive)
             if self.spec.gateway_socket:
-                await self._start_forwarder()
+                await self._start_forwarder(self.spec.gateway_port, GATEWAY_MOUNT, self.spec.gateway_socket)
+            if self.spec.agent_gateway_socket:
+                await self._start_forwarder(self.spec.agent_gateway_port, AGENT_GATEWAY_MOUNT,
+                                            self.spec.agent_gateway_socket)
         except BaseException as exc:
             await self.stop()
             if isinstance(exc, SandboxError | TimeoutError):
@@ -267,13 +277,12 @@ class DockerSandbox:
             raise
         self.start_to_ready_s = time.perf_counter() - started
 
-    async def _start_forwarder(self) -> None:
-        """Start the root forwarder from 127.0.0.1:gateway_port to the gateway's socket (forwarder.py)."""
-        port = self.spec.gateway_port
-        if port is None or self.spec.gateway_socket is None:
-            raise SandboxError(f"attempt {self.spec.attempt_id}: a gateway socket needs a gateway_port")
+    async def _start_forwarder(self, port: int | None, mount: str, host_socket: str) -> None:
+        """Start a root forwarder from 127.0.0.1:port to a gateway's socket (forwarder.py)."""
+        if port is None:
+            raise SandboxError(f"attempt {self.spec.attempt_id}: a gateway socket needs a port")
         result = await self.exec(["sh", "-c", _FORWARDER_START, "forwarder", str(port),
-                                  Path(self.spec.gateway_socket).name],
+                                  f"{mount}/{Path(host_socket).name}"],
                                  user="root", cwd="/", timeout=30, stdin=_FORWARDER_SOURCE)
         if not result.ok:
             raise SandboxError(f"the gateway forwarder did not start: {(result.stdout + result.stderr).strip()}")
@@ -406,6 +415,18 @@ class DockerSandbox:
             await self._channel.close()
 
     # -- the task command ------------------------------------------------------
+    async def serve_task(self, handler: TaskHandler) -> None:
+        """Answer the `task` command with `handler` in a plain (not keep-alive) attempt: the exec
+        server opens the root-owned task socket, as it does for a human attempt, and the client
+        goes to /usr/local/bin/task (an agent installed in the sandbox scores from its shell)."""
+        if self._channel is None:
+            raise SandboxError(f"attempt {self.spec.attempt_id}: the sandbox is not started")
+        self.task_handler = handler
+        await self.write_file(TASK_CLIENT, _TASK_CLIENT_SOURCE, user="root", mode=0o755)
+        reply = await self._channel.request({"op": "task_listen"})
+        if not reply.get("ok"):
+            raise SandboxError(f"attempt {self.spec.attempt_id}: the task socket did not open: {reply}")
+
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("event") != "task":
             return

@@ -1,0 +1,158 @@
+"""The real `claude` and `codex` programs, installed from npm into the attempt's image by rebench's own
+build, run an attempt on triton_cumsum (tiny, docker) against the fake model server on 127.0.0.1 with
+real SSE streaming. The script reads the instructions, edits solution.py, runs `task score` and looks
+for the provider key from inside, then ends with a message (no `task submit`: the attempt ends
+unsubmitted).
+
+Checked: the score event, the edit in the snapshot, every model call a `model_call` event with tokens,
+model-wait time recorded, the agent's own session files copied out, and the provider key found nowhere
+in the sandbox (files the agent can read, its processes' environments), the snapshot or the agent's
+files beside it, while the fake provider did receive it (the harness's gateway sent it upstream).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fake_model_server import FakeModelServer
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+KEY = "sk-provider-KEEPOUT-4f9d2c"
+SPLIT_KEY = '"sk-provider-KEEP""OUT-4f9d2c"'
+"""The key as the shell sees it in the script's commands, so the script itself never holds it."""
+MARKER = "# edited by the installed agent"
+SCAN = ("{ grep -rIl -s " + SPLIT_KEY + " /home /tmp /dev/shm /run /etc /opt/rebench /var 2>/dev/null; "
+        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -l -s -a " + SPLIT_KEY
+        + " $f; done; env | grep -c " + SPLIT_KEY + "; } > keyscan.txt; true")
+
+
+def _side_call(api: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Requests without tools (titles, probes) are answered off the script."""
+    return {"text": "ok"} if not body.get("tools") else None
+
+
+def _claude_steps() -> list[dict[str, Any]]:
+    def bash(command: str) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "Bash", "arguments": {"command": command, "description": "step"}}],
+                "usage": {"input_tokens": 1200, "output_tokens": 40}}
+
+    return [bash("head -c 2000 ~/.rebench/instructions.md"),
+            bash(f"echo '{MARKER}' >> solution.py"),
+            bash("task score"),
+            bash(SCAN),
+            {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
+
+
+def _codex_steps() -> list[dict[str, Any]]:
+    def shell(command: str) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command}}],
+                "usage": {"input_tokens": 1200, "output_tokens": 40}}
+
+    return [shell("head -c 2000 ~/.rebench/instructions.md"),
+            shell(f"echo '{MARKER}' >> solution.py"),
+            shell("task score"),
+            shell(SCAN),
+            {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
+
+
+def _run(agent: str, model: str, server: FakeModelServer, db: Path, base_url: str) -> Any:
+    return run_cli("run", "--env", "triton_cumsum", "--agent", agent, "--model", model, "--base-url", base_url,
+                   "--profile", "tiny", "--budget", "10m", "-k", "1", "--backend", "docker", "--db", str(db),
+                   "--final-rule", "best",  # no re-scoring: the agent's run is what is under test
+                   env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY, "OPENAI_COMPATIBLE_API_KEY": KEY},
+                   timeout=2400)
+
+
+def _check_attempt(db: Path, server: FakeModelServer) -> None:
+    with sqlite3.connect(db) as connection:
+        (attempt_id, status, submitted, snapshot, wait), = connection.execute(
+            "select id, status, submitted, snapshot_path, model_wait_s from attempts").fetchall()
+        scores = connection.execute("select kind, raw from score_events where attempt_id = ?",
+                                    (attempt_id,)).fetchall()
+        calls = [json.loads(data) for (data,) in connection.execute(
+            "select data from events where attempt_id = ? and kind = 'model_call' order by seq", (attempt_id,))]
+        notes = [json.loads(data) for (data,) in connection.execute(
+            "select data from events where attempt_id = ? and kind = 'note'", (attempt_id,))]
+    assert status == "done" and not submitted, (status, submitted)
+    assert any(kind == "intermediate" for kind, _ in scores), scores
+    solution = (Path(snapshot) / "solution.py").read_text()
+    assert MARKER in solution
+    tooled = [c for c in calls if c["tool_calls"]]
+    assert len(tooled) >= 4, calls
+    assert all(c["input_tokens"] > 0 and c["output_tokens"] > 0 for c in calls), calls
+    assert all(Path(c["extra"]["body_file"]).is_file() for c in calls)
+    assert wait > 0
+    sessions = [n for n in notes if "agent_session_files" in n.get("data", {})]
+    assert sessions and sessions[0]["data"]["agent_session_files"], notes
+    scan = (Path(snapshot) / "keyscan.txt").read_text()
+    assert scan.strip() == "0", scan  # no file, no process environment, and `env` has no line with it
+    assert any(KEY in (r.headers.get("x-api-key", "") + r.headers.get("authorization", ""))
+               for r in server.requests)
+    base = Path(snapshot).parent if Path(snapshot).name == "final" else Path(snapshot)  # rescore_best: final/
+    agent_dir = base.with_name(base.name + "-agent")
+    assert (agent_dir / "model-calls").is_dir() and sessions[0]["data"]["agent_session_files"][0].startswith(
+        str(agent_dir))
+    for folder in (base, agent_dir):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
+    with FakeModelServer(_claude_steps(), require_key=KEY, aside=_side_call) as server:
+        result = _run("claude-code", "anthropic/claude-test-model", server, calibrated_kernel_db, server.url)
+        assert result.returncode == 0, result.stdout + result.stderr
+        _check_attempt(calibrated_kernel_db, server)
+        shown = run_cli("attempts", "show", "1", "--db", str(calibrated_kernel_db))
+        flat = re.sub(r"[\s│]+", " ", shown.stdout)  # the events table's cells, unwrapped
+        assert flat.count("tool calls: Bash(") >= 4, shown.stdout
+        assert flat.index("task score") < flat.rindex("said: Done: scored once."), shown.stdout
+
+
+def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
+    with FakeModelServer(_codex_steps(), require_key=KEY, aside=_side_call) as server:
+        result = _run("codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db, server.openai_url)
+        assert result.returncode == 0, result.stdout + result.stderr
+        _check_attempt(calibrated_kernel_db, server)
+
+
+SLEEPER = """
+description = "edits the solution, then works past its budget"
+api = "anthropic"
+command = "echo '# the sleeper was here' >> solution.py; sleep 100000"
+
+[install]
+"""
+
+
+def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapshotted(
+        tmp_path: Path, calibrated_kernel_db: Path) -> None:
+    declarations = tmp_path / "agents"
+    declarations.mkdir()
+    (declarations / "sleeper.toml").write_text(SLEEPER)
+    folders = set(Path(tempfile.gettempdir()).glob("rbag-*"))
+    with FakeModelServer([], require_key=KEY) as server:
+        result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
+                         "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
+                         "--final-rule", "best",
+                         "--db", str(calibrated_kernel_db),
+                         env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
+                         timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with sqlite3.connect(calibrated_kernel_db) as connection:
+        (status, limit, submitted, snapshot, working), = connection.execute(
+            "select status, limit_reason, submitted, snapshot_path, working_s from attempts").fetchall()
+    assert (status, limit, submitted) == ("limit", "time", 0)
+    assert working < 20 + 5  # killed at the budget's end, not when its command's own timeout ran out
+    assert "# the sleeper was here" in (Path(snapshot) / "solution.py").read_text()
+    # the gateway's socket folder is gone once the container is (snapshots recreate it while it runs)
+    assert set(Path(tempfile.gettempdir()).glob("rbag-*")) <= folders
