@@ -45,17 +45,55 @@ class SourceSpec:
     def eot(self) -> int:
         return self.vocab_size - 1
 
+    def logits(self, rng: np.random.Generator) -> np.ndarray:
+        """Next-token logits L[a, b, c] for the pair (a, b), drawn from `rng`: additive in a and b."""
+        n = self.n_emit
+        ranks = rng.permutation(n) + 1
+        unigram = -self.zipf * np.log(ranks)
+        prev = self.prev_scale * rng.standard_normal((n, n))
+        prev2 = self.prev2_scale * rng.standard_normal((n, n))
+        prev[np.arange(n), np.arange(n)] -= self.repeat_penalty
+        return unigram[None, None, :] + prev2[:, None, :] + prev[None, :, :]
+
+
+@dataclass(frozen=True)
+class InteractionSourceSpec(SourceSpec):
+    """A source whose next-token logits depend on the previous two tokens jointly, not as a sum.
+
+    Each token has a random `embed_dim`-vector; the pair (a, b) is read through `hidden` units
+    u_j(a) and v_j(b) (random projections of the two embeddings), and the logits are the unigram
+    term, small additive terms of a and b, and `interaction_scale` times a random readout of
+    |u + v| - |u - v| = 2 sign(u v) min(|u|, |v|). That function has mean zero over either token
+    for symmetric u and v, so a sum of one lookup table per neighbour learns little of it, while a
+    ReLU network computes it exactly (four ReLUs per unit). Pair tables (a * V + b) can, but with
+    vocab_size**2 rows they see few examples each in the tiny training stream."""
+
+    vocab_size: int = 256
+    prev_scale: float = 0.3
+    prev2_scale: float = 0.3
+    repeat_penalty: float = 0.0
+    embed_dim: int = 16
+    hidden: int = 32
+    interaction_scale: float = 1.0
+
+    def logits(self, rng: np.random.Generator) -> np.ndarray:
+        n = self.n_emit
+        additive = super().logits(rng)
+        embed = rng.standard_normal((n, self.embed_dim))
+        u = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
+        v = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
+        readout = rng.standard_normal((self.hidden, n)) / np.sqrt(self.hidden)
+        logits = additive
+        for a in range(n):
+            pair = np.abs(u[a][None, :] + v) - np.abs(u[a][None, :] - v)  # (b, hidden)
+            logits[a] += self.interaction_scale * (pair @ readout)
+        return logits
+
 
 def transition_table(spec: SourceSpec) -> np.ndarray:
     """P[a, b, c] = probability of token c after the pair (a, b); shape (n, n, n), float64."""
     rng = np.random.Generator(np.random.PCG64(spec.seed))
-    n = spec.n_emit
-    ranks = rng.permutation(n) + 1
-    unigram = -spec.zipf * np.log(ranks)
-    prev = spec.prev_scale * rng.standard_normal((n, n))
-    prev2 = spec.prev2_scale * rng.standard_normal((n, n))
-    prev[np.arange(n), np.arange(n)] -= spec.repeat_penalty
-    logits = unigram[None, None, :] + prev2[:, None, :] + prev[None, :, :]
+    logits = spec.logits(rng)
     logits -= logits.max(axis=2, keepdims=True)
     probs = np.exp(logits)
     probs /= probs.sum(axis=2, keepdims=True)
