@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument("--additive", type=float, default=0.3)
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--embed-dim", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=0)
+    parser.add_argument("--class-output", action="store_true")
+    parser.add_argument("--class-scale", type=float, default=1.5)
     parser.add_argument("--default-source", action="store_true", help="the kit's default SourceSpec")
     parser.add_argument("--train-tokens", type=int, default=2_000_000)
     parser.add_argument("--table-steps", type=int, default=1000)
@@ -154,7 +157,9 @@ def main() -> None:
     else:
         spec = corpus.InteractionSourceSpec(vocab_size=args.vocab, interaction_scale=args.scale,
                                             prev_scale=args.additive, prev2_scale=args.additive,
-                                            hidden=args.hidden, embed_dim=args.embed_dim)
+                                            hidden=args.hidden, embed_dim=args.embed_dim,
+                                            classes=args.classes, class_scale=args.class_scale,
+                                            class_output=args.class_output)
     vocab, mask_id = spec.vocab_size, spec.eot
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:

@@ -75,10 +75,26 @@ class InteractionSourceSpec(SourceSpec):
     embed_dim: int = 16
     hidden: int = 32
     interaction_scale: float = 1.0
+    classes: int = 0
+    class_scale: float = 1.5
+    class_output: bool = False
 
     def logits(self, rng: np.random.Generator) -> np.ndarray:
         n = self.n_emit
         additive = super().logits(rng)
+        if self.classes:
+            k = self.classes
+            cls = rng.integers(k, size=n)
+            width = k if self.class_output else n
+            m1 = self.class_scale * rng.standard_normal((k, width))
+            m2 = self.class_scale * rng.standard_normal((k, width))
+            joint = rng.standard_normal((k, k, width))
+            joint = joint - joint.mean(axis=0, keepdims=True) - joint.mean(axis=1, keepdims=True) \
+                + joint.mean(axis=(0, 1), keepdims=True)
+            if self.class_output:
+                m1, m2, joint = m1[:, cls], m2[:, cls], joint[:, :, cls]
+            return (additive + m1[cls][:, None, :] + m2[cls][None, :, :]
+                    + self.interaction_scale * joint[cls[:, None], cls[None, :]])
         embed = rng.standard_normal((n, self.embed_dim))
         u = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
         v = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
