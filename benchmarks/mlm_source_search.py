@@ -79,9 +79,9 @@ class Tables(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         logits = self.bias
-        for offset, table in zip(self.offsets, self.single):
+        for offset, table in zip(self.offsets, self.single, strict=True):
             logits = logits + table(shifted(tokens, offset, self.pad_id))
-        for (first, second), table in zip(self.pairs, self.pair):
+        for (first, second), table in zip(self.pairs, self.pair, strict=True):
             index = shifted(tokens, first, self.pad_id) * self.vocab + shifted(tokens, second, self.pad_id)
             logits = logits + table(index)
         return logits
@@ -109,7 +109,7 @@ def train_conv(vocab: int, train: Path, mask_id: int, stages: list[int], width: 
     model = build_model({"vocab_size": vocab, "width": width, "layers": 2, "kernel": 5, "hidden": hidden})
     batches = MaskedBatches(train, SEQ, batch, MASK_PROB, mask_id, seed=1)
     total, step = sum(stages), 0
-    for layers, steps in zip(range(2, 2 + len(stages)), stages):
+    for layers, steps in zip(range(2, 2 + len(stages)), stages, strict=True):
         while len(model.blocks) < layers:
             block = ConvBlock(width, 5, hidden, 0.5)
             torch.nn.init.zeros_(block.proj.weight)
@@ -132,13 +132,10 @@ def train_conv(vocab: int, train: Path, mask_id: int, stages: list[int], width: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=256)
-    parser.add_argument("--scale", type=float, default=2.0)
+    parser.add_argument("--scale", type=float, default=3.0)
     parser.add_argument("--additive", type=float, default=0.3)
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--embed-dim", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=0)
-    parser.add_argument("--class-output", action="store_true")
-    parser.add_argument("--class-scale", type=float, default=1.5)
+    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--class-scale", type=float, default=0.7)
     parser.add_argument("--default-source", action="store_true", help="the kit's default SourceSpec")
     parser.add_argument("--train-tokens", type=int, default=2_000_000)
     parser.add_argument("--table-steps", type=int, default=1000)
@@ -146,7 +143,7 @@ def main() -> None:
     parser.add_argument("--conv-steps", default="200,200,250")
     parser.add_argument("--conv-width", type=int, default=64)
     parser.add_argument("--conv-hidden", type=int, default=128)
-    parser.add_argument("--conv-lr", type=float, default=3e-3)
+    parser.add_argument("--conv-lr", type=float, default=1e-2)
     parser.add_argument("--conv-batch", type=int, default=32)
     parser.add_argument("--skip", default="")
     args = parser.parse_args()
@@ -157,9 +154,7 @@ def main() -> None:
     else:
         spec = corpus.InteractionSourceSpec(vocab_size=args.vocab, interaction_scale=args.scale,
                                             prev_scale=args.additive, prev2_scale=args.additive,
-                                            hidden=args.hidden, embed_dim=args.embed_dim,
-                                            classes=args.classes, class_scale=args.class_scale,
-                                            class_output=args.class_output)
+                                            classes=args.classes, class_scale=args.class_scale)
     vocab, mask_id = spec.vocab_size, spec.eot
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +165,7 @@ def main() -> None:
         rate = corpus.entropy_rate(spec)
         counts = np.bincount(np.fromfile(train, dtype=np.uint16), minlength=vocab) + 0.5
         unigram = torch.nn.Parameter(torch.tensor(np.log(counts / counts.sum()), dtype=torch.float32))
-        start_loss = evaluate(lambda x: x.unsqueeze(-1) * 0.0 + unigram, held, mask_id)  # type: ignore[arg-type]
+        start_loss = evaluate(lambda x: x.unsqueeze(-1) * 0.0 + unigram, held, mask_id)
         print(f"{spec}\nfloor {floor:.4f} +- {stderr:.4f}, entropy rate {rate:.4f}, unigram loss {start_loss:.4f}"
               f" ({time.time() - started:.0f}s)", flush=True)
         start = np.log(start_loss - floor)

@@ -58,52 +58,38 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class InteractionSourceSpec(SourceSpec):
-    """A source whose next-token logits depend on the previous two tokens jointly, not as a sum.
+    """A source whose next token depends on the previous two jointly, not through a sum of terms.
 
-    Each token has a random `embed_dim`-vector; the pair (a, b) is read through `hidden` units
-    u_j(a) and v_j(b) (random projections of the two embeddings), and the logits are the unigram
-    term, small additive terms of a and b, and `interaction_scale` times a random readout of
-    |u + v| - |u - v| = 2 sign(u v) min(|u|, |v|). That function has mean zero over either token
-    for symmetric u and v, so a sum of one lookup table per neighbour learns little of it, while a
-    ReLU network computes it exactly (four ReLUs per unit). Pair tables (a * V + b) can, but with
-    vocab_size**2 rows they see few examples each in the tiny training stream."""
+    Every emitted token belongs to one of `classes` word classes (seeded). The logits of c after
+    (a, b) are the unigram term, small token-level terms of a and b (`prev_scale`, `prev2_scale`),
+    small class-level terms of (class a, class c) and (class b, class c) (`class_scale`), and
+    `interaction_scale` times a joint term T[class a, class b, class c], double-centred over the
+    first two classes so that it has no part that a term of a alone or of b alone could carry.
+    A sum of one lookup table per neighbour therefore learns little beyond the class-level terms,
+    and a pair table (a * V + b, V**2 rows) sees few examples per row in the tiny training stream,
+    while a network that learns the classes (a few dimensions of an embedding) and combines two
+    neighbours with a ReLU learns the joint term from every pair at once. Restricted MLM's tiny
+    corpus (issue 25, item 11)."""
 
     vocab_size: int = 256
     prev_scale: float = 0.3
     prev2_scale: float = 0.3
     repeat_penalty: float = 0.0
-    embed_dim: int = 16
-    hidden: int = 32
-    interaction_scale: float = 1.0
-    classes: int = 0
-    class_scale: float = 1.5
-    class_output: bool = False
+    classes: int = 8
+    class_scale: float = 0.7
+    interaction_scale: float = 3.0
 
     def logits(self, rng: np.random.Generator) -> np.ndarray:
-        n = self.n_emit
+        k = self.classes
         additive = super().logits(rng)
-        if self.classes:
-            k = self.classes
-            cls = rng.integers(k, size=n)
-            width = k if self.class_output else n
-            m1 = self.class_scale * rng.standard_normal((k, width))
-            m2 = self.class_scale * rng.standard_normal((k, width))
-            joint = rng.standard_normal((k, k, width))
-            joint = joint - joint.mean(axis=0, keepdims=True) - joint.mean(axis=1, keepdims=True) \
-                + joint.mean(axis=(0, 1), keepdims=True)
-            if self.class_output:
-                m1, m2, joint = m1[:, cls], m2[:, cls], joint[:, :, cls]
-            return (additive + m1[cls][:, None, :] + m2[cls][None, :, :]
-                    + self.interaction_scale * joint[cls[:, None], cls[None, :]])
-        embed = rng.standard_normal((n, self.embed_dim))
-        u = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
-        v = embed @ rng.standard_normal((self.embed_dim, self.hidden)) / np.sqrt(self.embed_dim)
-        readout = rng.standard_normal((self.hidden, n)) / np.sqrt(self.hidden)
-        logits = additive
-        for a in range(n):
-            pair = np.abs(u[a][None, :] + v) - np.abs(u[a][None, :] - v)  # (b, hidden)
-            logits[a] += self.interaction_scale * (pair @ readout)
-        return logits
+        cls = rng.integers(k, size=self.n_emit)
+        first = self.class_scale * rng.standard_normal((k, k))
+        second = self.class_scale * rng.standard_normal((k, k))
+        joint = rng.standard_normal((k, k, k))
+        joint = joint - joint.mean(axis=0, keepdims=True) - joint.mean(axis=1, keepdims=True) \
+            + joint.mean(axis=(0, 1), keepdims=True)
+        return (additive + first[cls][:, cls][:, None, :] + second[cls][:, cls][None, :, :]
+                + self.interaction_scale * joint[cls][:, cls][:, :, cls])
 
 
 def transition_table(spec: SourceSpec) -> np.ndarray:
