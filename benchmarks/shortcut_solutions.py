@@ -141,6 +141,84 @@ torch.save({**model.state_dict(), "pad_id": torch.tensor(params["mask_id"])}, HE
 print("final training loss", float(loss))
 '''
 
+# The obvious upgrade: the four tables plus one (vocabulary squared)-row table per neighbour pair, indexed
+# by first * V + second (integer multiply and add are allowed), trained sparsely:
+# python pairs.py STEPS [FIRST:SECOND,...] (default: the pairs -2:-1, -1:1, 1:2).
+PAIR_MODEL = '''from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+OFFSETS = (-2, -1, 1, 2)
+
+
+def shifted(tokens, offset, pad_id):
+    pad = torch.full_like(tokens[:, :abs(offset)], pad_id)
+    if offset < 0:
+        return torch.cat([pad, tokens[:, :offset]], 1)
+    return torch.cat([tokens[:, offset:], pad], 1)
+
+
+class PairTables(torch.nn.Module):
+    def __init__(self, vocab_size, pad_id, pairs):
+        super().__init__()
+        self.vocab_size, self.pad_id, self.pair_offsets = vocab_size, pad_id, pairs
+        self.tables = torch.nn.ModuleList(torch.nn.Embedding(vocab_size, vocab_size) for _ in OFFSETS)
+        self.pairs = torch.nn.ModuleList(torch.nn.Embedding(vocab_size * vocab_size, vocab_size, sparse=True)
+                                         for _ in pairs)
+        for table in [*self.tables, *self.pairs]:
+            torch.nn.init.zeros_(table.weight)
+        self.bias = torch.nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, token_indices):
+        logits = self.bias
+        for offset, table in zip(OFFSETS, self.tables):
+            logits = logits + table(shifted(token_indices, offset, self.pad_id))
+        for (first, second), table in zip(self.pair_offsets, self.pairs):
+            index = shifted(token_indices, first, self.pad_id) * self.vocab_size
+            logits = logits + table(index + shifted(token_indices, second, self.pad_id))
+        return logits
+
+
+def get_trained_model():
+    state = torch.load(HERE / "pairs.pt", weights_only=True)
+    pairs = [tuple(pair) for pair in state.pop("pair_offsets").tolist()]
+    model = PairTables(state["bias"].shape[0], int(state.pop("pad_id")), pairs)
+    model.load_state_dict(state)
+    return model
+'''
+PAIR_TRAIN = _HOME + '''import json
+import sys
+
+import torch
+
+sys.path.insert(0, str(HERE))
+from mlm_data import MaskedBatches, masked_loss  # noqa: E402
+from model import PairTables  # noqa: E402
+
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+PAIRS = [tuple(int(o) for o in pair.split(":"))
+         for pair in (sys.argv[2] if len(sys.argv) > 2 else "-2:-1,-1:1,1:2").split(",")]
+params = json.loads((HOME / "profile_params.json").read_text())
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = PairTables(params["vocab_size"], params["mask_id"], PAIRS)
+dense = [p for name, p in model.named_parameters() if not name.startswith("pairs.")]
+optimizers = [torch.optim.Adam(dense, lr=0.03), torch.optim.SparseAdam(list(model.pairs.parameters()), lr=0.03)]
+batches = MaskedBatches(HOME / "data" / "train.bin", params["seq_len"], 32, params["mask_prob"], params["mask_id"], 0)
+for _ in range(STEPS):
+    inputs, targets, mask = batches.next()
+    loss = masked_loss(model(inputs), targets, mask)
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    loss.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+torch.save({**model.state_dict(), "pad_id": torch.tensor(params["mask_id"]), "pair_offsets": torch.tensor(PAIRS)},
+           HERE / "pairs.pt")
+print("final training loss", float(loss))
+'''
+
 # -- Scaling Law ---------------------------------------------------------------------------------------
 
 # Every width of the given list run at the experiment cap with the fixed train.py (a result already in
@@ -295,6 +373,8 @@ SHORTCUTS: dict[str, dict[str, Shortcut]] = {
             files={"model.py": UNIGRAM_MODEL, "count.py": UNIGRAM_COUNT}, commands=("python count.py",)),
         "four neighbour lookup tables, 300 steps": Shortcut(
             files={"model.py": NEIGHBOUR_MODEL, "tables.py": NEIGHBOUR_TRAIN}, commands=("python tables.py 300",)),
+        "neighbour and neighbour-pair lookup tables, 1000 steps": Shortcut(
+            files={"model.py": PAIR_MODEL, "pairs.py": PAIR_TRAIN}, commands=("python pairs.py 1000",)),
     },
     "small_scaling_law": {
         "the capped sweep's best run, as it is": Shortcut(

@@ -51,10 +51,20 @@ def test_restricted_mlm_the_starting_design_made_bigger_and_trained_longer_stays
     assert all(value is not None and value <= 0.1 for value in values), values
 
 
-@pytest.mark.xfail(strict=True, reason="finding of issue 25, item 11: four neighbour lookup tables trained for "
-                   "seconds pass the tiny reference by far (restricted_mlm README, 'Shortcuts on tiny')")
 def test_restricted_mlm_neighbour_lookup_tables_trained_for_seconds_stay_below_the_reference() -> None:
+    """Four vocabulary-by-vocabulary tables, one per neighbour, summed: on the kit's default corpus (logits a
+    sum of per-neighbour terms) they scored 1.64; the tiny corpus's joint class term leaves them little."""
     [value] = scores("restricted_mlm", "tiny", "four neighbour lookup tables, 300 steps").values()
+    assert value is not None and value <= WELL_BELOW, value
+
+
+def test_restricted_mlm_neighbour_pair_tables_stay_below_the_reference() -> None:
+    """The obvious upgrade: a table per neighbour pair (first * V + second) sees the joint term, but with
+    V**2 rows it has few examples per row. Here only the pair of the two previous tokens, which the joint
+    term is a function of, for 300 steps (a 67 MB table: the three pairs' 200 MB take most of the
+    scorer's 60 s on a busy machine); the benchmark trains three pairs for 1000 steps."""
+    [value] = scores("restricted_mlm", "tiny", "neighbour and neighbour-pair lookup tables, 1000 steps",
+                     commands=("python pairs.py 300 -2:-1",)).values()
     assert value is not None and value <= WELL_BELOW, value
 
 

@@ -33,7 +33,7 @@ def build_paper(assets: Path, home: Path, protected: Path) -> None:
 
 
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
-    spec = corpus.SourceSpec()
+    spec = corpus.InteractionSourceSpec()  # not the kit's default source: see the README, "Shortcuts on `tiny`"
     data = home / "data"
     corpus.write_bin(data / "train.bin", corpus.generate(spec, params["train_tokens"], stream_seed=21))
     corpus.write_bin(data / "val.bin", corpus.generate(spec, params["val_tokens"], stream_seed=22))

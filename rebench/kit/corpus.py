@@ -45,17 +45,57 @@ class SourceSpec:
     def eot(self) -> int:
         return self.vocab_size - 1
 
+    def logits(self, rng: np.random.Generator) -> np.ndarray:
+        """Next-token logits L[a, b, c] for the pair (a, b), drawn from `rng`: additive in a and b."""
+        n = self.n_emit
+        ranks = rng.permutation(n) + 1
+        unigram = -self.zipf * np.log(ranks)
+        prev = self.prev_scale * rng.standard_normal((n, n))
+        prev2 = self.prev2_scale * rng.standard_normal((n, n))
+        prev[np.arange(n), np.arange(n)] -= self.repeat_penalty
+        return unigram[None, None, :] + prev2[:, None, :] + prev[None, :, :]
+
+
+@dataclass(frozen=True)
+class InteractionSourceSpec(SourceSpec):
+    """A source whose next token depends on the previous two jointly, not through a sum of terms.
+
+    Every emitted token belongs to one of `classes` word classes (seeded). The logits of c after
+    (a, b) are the unigram term, small token-level terms of a and b (`prev_scale`, `prev2_scale`),
+    small class-level terms of (class a, class c) and (class b, class c) (`class_scale`), and
+    `interaction_scale` times a joint term T[class a, class b, class c], double-centred over the
+    first two classes so that it has no part that a term of a alone or of b alone could carry.
+    A sum of one lookup table per neighbour therefore learns little beyond the class-level terms,
+    and a pair table (a * V + b, V**2 rows) sees few examples per row in the tiny training stream,
+    while a network that learns the classes (a few dimensions of an embedding) and combines two
+    neighbours with a ReLU learns the joint term from every pair at once. Restricted MLM's tiny
+    corpus (issue 25, item 11)."""
+
+    vocab_size: int = 256
+    prev_scale: float = 0.3
+    prev2_scale: float = 0.3
+    repeat_penalty: float = 0.0
+    classes: int = 8
+    class_scale: float = 0.7
+    interaction_scale: float = 3.0
+
+    def logits(self, rng: np.random.Generator) -> np.ndarray:
+        k = self.classes
+        additive = super().logits(rng)
+        cls = rng.integers(k, size=self.n_emit)
+        first = self.class_scale * rng.standard_normal((k, k))
+        second = self.class_scale * rng.standard_normal((k, k))
+        joint = rng.standard_normal((k, k, k))
+        joint = joint - joint.mean(axis=0, keepdims=True) - joint.mean(axis=1, keepdims=True) \
+            + joint.mean(axis=(0, 1), keepdims=True)
+        return (additive + first[cls][:, cls][:, None, :] + second[cls][:, cls][None, :, :]
+                + self.interaction_scale * joint[cls][:, cls][:, :, cls])
+
 
 def transition_table(spec: SourceSpec) -> np.ndarray:
     """P[a, b, c] = probability of token c after the pair (a, b); shape (n, n, n), float64."""
     rng = np.random.Generator(np.random.PCG64(spec.seed))
-    n = spec.n_emit
-    ranks = rng.permutation(n) + 1
-    unigram = -spec.zipf * np.log(ranks)
-    prev = spec.prev_scale * rng.standard_normal((n, n))
-    prev2 = spec.prev2_scale * rng.standard_normal((n, n))
-    prev[np.arange(n), np.arange(n)] -= spec.repeat_penalty
-    logits = unigram[None, None, :] + prev2[:, None, :] + prev[None, :, :]
+    logits = spec.logits(rng)
     logits -= logits.max(axis=2, keepdims=True)
     probs = np.exp(logits)
     probs /= probs.sum(axis=2, keepdims=True)

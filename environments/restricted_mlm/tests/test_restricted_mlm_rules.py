@@ -93,7 +93,7 @@ def test_tiny_offset_is_below_the_markov_blanket_entropy() -> None:
     from rebench.kit import corpus
 
     params = tomllib.loads((ENV / "environment.toml").read_text())["profiles"]["tiny"]["params"]
-    estimate, stderr = corpus.masked_entropy_bound(corpus.SourceSpec(), n_samples=20000)
+    estimate, stderr = corpus.masked_entropy_bound(corpus.InteractionSourceSpec(), n_samples=20000)
     assert params["loss_offset"] <= estimate
     assert estimate - params["loss_offset"] < 0.02 + 4 * stderr
 
