@@ -142,7 +142,7 @@ def test_envs_show_says_how_the_final_score_is_taken_and_which_assets_an_operato
     kernel = run_cli("envs", "show", "triton_cumsum", "--db", str(tmp_path / "x.db"), env=environments)
     assert kernel.returncode == 0, kernel.stderr
     flat = " ".join(kernel.stdout.split())
-    assert "final = median of 3 re-scores, best of the 2 best" in flat and "final = best valid" in flat
+    assert "final = median of 7 re-scores, best of the 2 best" in flat and "final = best valid" in flat
     embedding = run_cli("envs", "show", "fix_embedding", "--db", str(tmp_path / "x.db"), env=environments)
     flat = " ".join(embedding.stdout.split())
     assert "operator asset gpt2_xl (gpt2-xl.safetensors)" in flat and "rebench.kit.owt" in flat
