@@ -1,5 +1,11 @@
-"""Shared fixtures: a throwaway database, cache and environments folder per test session, and
-the kernel environment's calibration, measured once per session."""
+"""Shared fixtures: a throwaway database, cache and environments folder per test run, and the
+kernel environment's calibration, measured once per run.
+
+The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml). Each test file
+is one group, so its module fixtures are made once, on one worker; a file whose tests are
+independent and slow sets `XDIST_SPREAD = True` to have them spread over the workers. What is
+built once per run (environment virtualenvs and assets, the kernel's calibration) lives in a
+folder all workers share, made under a file lock by whichever worker needs it first."""
 
 from __future__ import annotations
 
@@ -14,15 +20,54 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_ENVS = Path(__file__).parent / "fixtures" / "envs"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per test file unless the file spreads its tests (see the module docstring);
+    files named in SLOW_FIRST are handed out first, so the longest groups do not end the run alone."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if item.get_closest_marker("xdist_group") is None and not getattr(module, "XDIST_SPREAD", False):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    first = {name: rank for rank, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
+
+
+# The test files that take longest in CI, longest first (the run's slowest tests say which).
+SLOW_FIRST = (
+    "tests/adversarial/test_scorer_reads.py",
+    "tests/test_docker_environments.py",
+    "tests/adversarial/test_installed_agent.py",
+    "tests/test_installed_agents.py",
+    "tests/adversarial/test_foundry_cache.py",
+    "tests/test_docker_kernel.py",
+    "tests/test_chat_env_docker.py",
+    "tests/test_kernel_campaign.py",
+    "tests/test_modular_runner.py",
+    "tests/test_model_envs_campaign.py",
+    "tests/adversarial/test_mlm_rules.py",
+)
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder every xdist worker of this run sees (the run's base temp folder), or this
+    session's own when the tests run in one process."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Keep test virtualenvs, assets and attempt folders out of the user's cache."""
-    cache = Path(os.environ.get("REBENCH_TEST_CACHE") or tmp_path_factory.mktemp("rebench-cache"))
+    """Keep test virtualenvs, assets and attempt folders out of the user's cache; shared by the
+    run's workers (the builds lock per content hash, so one builds and the others reuse)."""
+    cache = Path(os.environ.get("REBENCH_TEST_CACHE") or shared_folder(tmp_path_factory, "rebench-cache"))
     previous = os.environ.get("REBENCH_CACHE")
     os.environ["REBENCH_CACHE"] = str(cache)
     yield cache
@@ -79,12 +124,20 @@ class KernelRun:
 def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
     """One reference attempt on the kernel environment's tiny profile (local backend) on a fresh
     database, which makes `rebench run` measure the anchors first. Measuring them takes six score
-    calls, so it happens once per session: tests/test_kernel_campaign.py checks this run, and
-    every other test that needs calibrated anchors copies them (`calibrated_kernel_db`)."""
-    db = tmp_path_factory.mktemp("kernel") / "kernel.db"
-    result = run_cli("run", "--env", "triton_cumsum", "--agent", "reference", "--profile", "tiny",
-                     "--budget", "10m", "-k", "1", "--backend", "local", "--db", str(db), timeout=900,
-                     env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
+    calls, so it happens once per run (the first worker that needs it; the others wait and read
+    its record): tests/test_kernel_campaign.py checks this run, and every other test that needs
+    calibrated anchors copies them (`calibrated_kernel_db`)."""
+    folder = shared_folder(tmp_path_factory, "kernel-first-run")
+    db, record = folder / "kernel.db", folder / "result.json"
+    with FileLock(str(folder / "lock")):
+        if not record.exists():
+            done = run_cli("run", "--env", "triton_cumsum", "--agent", "reference", "--profile", "tiny",
+                           "--budget", "10m", "-k", "1", "--backend", "local", "--db", str(db), timeout=900,
+                           env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
+            record.write_text(json.dumps({"args": done.args, "returncode": done.returncode,
+                                          "stdout": done.stdout, "stderr": done.stderr}))
+    saved = json.loads(record.read_text())
+    result = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
     assert result.returncode == 0, result.stderr
     return KernelRun(result, db)
 

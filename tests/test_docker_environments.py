@@ -16,6 +16,7 @@ from .conftest import REPO, run_cli
 from .docker_support import base_image, docker_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+XDIST_SPREAD = True  # one test per environment, independent: spread over the workers (tests/conftest.py)
 
 HELD_OUT = {
     "fix_embedding": ["val.bin"],

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rebench.environments.build import assets_dir
+from rebench.environments.build import assets_dir, build_lock
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.harness_files import harness_files
@@ -158,6 +158,13 @@ def fill_wheelhouse(env: Environment, profile: str, log: Log = _quiet) -> Path:
     target = cache_dir() / "wheels" / f"{env.name}-{digest(requirements)}"
     if (target / ".complete").exists():
         return target
+    with build_lock(target):  # a second build of this environment waits and reuses the wheels
+        if not (target / ".complete").exists():
+            _download_wheels(env, profile, requirements, target, log)
+    return target
+
+
+def _download_wheels(env: Environment, profile: str, requirements: bytes, target: Path, log: Log) -> None:
     target.mkdir(parents=True, exist_ok=True)
     if requirements.strip():
         log(f"downloading wheels for {env.name} into {target}")
@@ -178,7 +185,6 @@ def fill_wheelhouse(env: Environment, profile: str, log: Log = _quiet) -> Path:
                 f"pip download for {env.name} failed: {tail}; pass --wheelhouse DIR with the wheels"
             )
     (target / ".complete").touch()
-    return target
 
 
 def _link_tree(source: Path, dest: Path) -> None:
@@ -261,6 +267,17 @@ def build_environment_image(
     if not force and engine.image_id(tag) is not None:
         log(f"{tag} is up to date")
         return tag
+    # One builder per image across processes: a second one waits, then finds the first one's image.
+    with build_lock(cache_dir() / "images" / tag.replace("/", "_").replace(":", "_")):
+        if not force and engine.image_id(tag) is not None:
+            log(f"{tag} was built by another process")
+            return tag
+        _build_environment_image(env, profile, engine, tag, base, wheelhouse, assets, log)
+    return tag
+
+
+def _build_environment_image(env: Environment, profile: str, engine: DockerEngine, tag: str, base: str,
+                             wheelhouse: Path | None, assets: Mapping[str, Path] | None, log: Log) -> None:
     built = assets_dir(env, profile, log=log, assets=assets)
     offline = wheelhouse is None
     wheels = wheelhouse or fill_wheelhouse(env, profile, log)
@@ -294,4 +311,3 @@ def build_environment_image(
             {LABEL_KIND: "environment"},
             log,
         )
-    return tag
