@@ -28,7 +28,6 @@ from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.runner import AttemptRunner, Progress, SandboxFactory
 from rebench.sandboxes import create_sandbox
 from rebench.scheduler import resume as scheduler_resume
-from rebench.scheduler.leases import pid_alive as pid_alive  # rebench.human imports it from here
 from rebench.scheduler.queue import run_campaign_queue
 from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource

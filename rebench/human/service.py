@@ -21,11 +21,11 @@ from pathlib import Path
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from rebench.campaign import pid_alive
 from rebench.errors import RebenchError
 from rebench.human.clock import restore_clock
 from rebench.human.planning import LOOPBACK, plan_human
 from rebench.human.supervisor import log_path, supervise
+from rebench.processes import pid_alive
 from rebench.store.db import Store
 from rebench.store.models import FINISHED_STATUSES, Attempt, AttemptStatus, HumanSession, HumanState, ScoreEvent
 

@@ -32,6 +32,7 @@ from rebench.calibration import ResolvedAnchors, hardware_fingerprint, resolve_a
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.harness_files import kit_version
+from rebench.processes import pid_alive
 from rebench.rescoring.plan import AttemptPlan, Plan, Selection, plan_attempts, selected_ids
 from rebench.scoring.normalize import normalize
 from rebench.scoring.rescore import rescore
@@ -68,13 +69,7 @@ def _now() -> datetime:
 def _alive(pid: int | None, host: str | None) -> bool:
     if pid is None or host != socket.gethostname() or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _environments(store: Store, registry: EnvironmentRegistry, plan: Plan) -> dict[str, dict[str, Any]]:

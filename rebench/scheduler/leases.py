@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from rebench.errors import RebenchError
+from rebench.processes import pid_alive
 from rebench.store.db import Store
 from rebench.store.models import Base, utcnow
 
@@ -59,23 +60,6 @@ class Lease(Base):
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     release_reason: Mapped[str | None] = mapped_column(Text)
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process of this machine with that id runs (a zombie does not)."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours (the `start` that spawned it) is dead
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
 
 
 def lease_timeout_s() -> float:

@@ -24,7 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rebench.errors import RebenchError
-from rebench.scheduler.leases import Lease, LeaseBroker, holder_alive, pid_alive
+from rebench.processes import pid_alive
+from rebench.scheduler.leases import Lease, LeaseBroker, holder_alive
 from rebench.store.db import Store
 from rebench.store.models import Attempt, AttemptStatus, Campaign, CampaignStatus, ErrorSource, HumanSession
 
