@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rebench.images.naming import LABEL_KIND
+from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND
 
 from .conftest import run_cli
 from .docker_support import base_image, docker_engine
@@ -82,3 +82,38 @@ def test_disk_warning_names_the_fill_and_the_command() -> None:
     line = engine_disk_warning(engine, fraction=0.0)
     assert line is not None and "\n" not in line
     assert "full" in line and "rebench images gc" in line
+
+
+def _agent_layer(engine: object, environment_image: str, name: str, folder: Path) -> str:
+    """An image labelled as rebench labels an installed agent's layer on `environment_image`."""
+    context = folder / f"agent-{environment_image.rsplit('-', 1)[-1]}"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {environment_image}\nRUN head -c 1024 /dev/urandom > /agent\n")
+    tag = f"rebench/agent-{name}:{environment_image.rsplit(':', 1)[-1]}"
+    engine.build(context, "Dockerfile", tag, {},  # type: ignore[attr-defined]
+                 {LABEL_KIND: "agent", LABEL_AGENT_BASE: environment_image})
+    time.sleep(1.1)
+    return tag
+
+
+def test_images_gc_removes_an_agent_layer_with_its_superseded_environment_image(tmp_path: Path) -> None:
+    """An installed agent's image on a superseded environment image goes first, so that environment
+    image can go too (the engine refuses to remove an image another is built on); the agent's image on
+    the newest environment image stays."""
+    engine = docker_engine()
+    base = base_image(engine)
+    name = f"gcfixture{uuid.uuid4().hex[:8]}"
+    tags = [_generation(engine, base, name, n, tmp_path) for n in (1, 2)]
+    agents = [_agent_layer(engine, tag, name, tmp_path) for tag in tags]
+    try:
+        result = run_cli("images", "gc", "--env", name, "--db", str(tmp_path / "absent.db"), "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert sorted(tag for entry in report["removed"] for tag in entry["tags"]) == sorted([tags[0], agents[0]])
+        assert report["refused"] == []
+        assert sorted(tag for entry in report["kept_newest"] for tag in entry["tags"]) == sorted([tags[1], agents[1]])
+        assert engine.image_id(tags[0]) is None and engine.image_id(agents[0]) is None
+        assert engine.image_id(tags[1]) and engine.image_id(agents[1])
+    finally:
+        for tag in agents + tags:
+            engine.remove_image(tag)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rebench.agents.declared import AgentDeclaration
 from rebench.environments.build import build_lock
 from rebench.errors import RebenchError
-from rebench.images.naming import LABEL_KIND, digest, dockerfiles_dir
+from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND, digest, dockerfiles_dir
 from rebench.paths import cache_dir
 from rebench.sandbox.docker import DockerEngine
 
@@ -64,4 +64,4 @@ def _build(engine: DockerEngine, environment_image: str, declaration: AgentDecla
             "APT_PACKAGES": " ".join(install.apt),
             "NPM_PACKAGES": " ".join(install.npm),
             "PIP_PACKAGES": " ".join(install.pip),
-        }, {LABEL_KIND: "agent"}, log if callable(log) else (lambda _line: None))
+        }, {LABEL_KIND: "agent", LABEL_AGENT_BASE: environment_image}, log if callable(log) else (lambda _line: None))

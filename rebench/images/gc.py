@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from rebench.images.naming import LABEL_KIND
+from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND
 from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_HUMAN, LABEL_OWNER, DockerEngine, owner_alive
 from rebench.sandbox.docker.network import sweep_networks
 
@@ -89,9 +89,11 @@ class ImageGcReport(BaseModel):
 def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
                  environments: Iterable[str] | None = None) -> ImageGcReport:
     """Drop superseded images: all but the newest environment image per environment and
-    profile, and base images no longer tagged `latest`. Kept whatever its age: an image any
-    container was made from, and the images named in `keep` (tags or ids: what resumable
-    attempts will run). `environments`: only the images of these environments (and no base image)."""
+    profile, base images no longer tagged `latest`, and installed agents' images built on a
+    superseded environment image (or older than the agent's newest one for that environment and
+    profile). Kept whatever its age: an image any container was made from, and the images named
+    in `keep` (tags or ids: what resumable attempts will run). `environments`: only the images of
+    these environments (and no base image)."""
     only = set(environments) if environments is not None else None
     protected = set(engine.images_in_use())
     for ref in keep:
@@ -100,29 +102,33 @@ def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
         if found:
             protected.add(found)
     report = ImageGcReport()
-    newest: dict[tuple[str, str], tuple[str, ImageEntry]] = {}
+    newest: dict[tuple[str, ...], tuple[str, ImageEntry]] = {}
     stale: list[ImageEntry] = []
+    agents: list[tuple[ImageEntry, str]] = []
     for image_id, tags, labels in engine.images(LABEL_KIND):
         kind = labels.get(LABEL_KIND, "")
         if only is not None and labels.get("rebench.environment", "") not in only:
             continue
         entry = ImageEntry(id=image_id, tags=tags, environment=labels.get("rebench.environment", ""),
                            profile=labels.get("rebench.profile", ""))
-        if kind == "environment":
-            key = (entry.environment, entry.profile)
-            created = engine.image_created(image_id)
-            if key in newest and newest[key][0] >= created:
-                stale.append(entry)
-            else:
-                if key in newest:
-                    stale.append(newest[key][1])
-                newest[key] = (created, entry)
+        if kind in ("environment", "agent"):
+            repository = tags[0].rsplit(":", 1)[0] if kind == "agent" and tags else ""
+            _keep_newest(newest, stale, (kind, repository, entry.environment, entry.profile),
+                         engine.image_created(image_id), entry)
+            if kind == "agent":
+                agents.append((entry, labels.get(LABEL_AGENT_BASE, "")))
         elif kind.startswith("base-") and not any(tag.endswith(":latest") for tag in tags):
             stale.append(entry)
-    report.kept_newest = [entry for _, entry in newest.values()]
+    superseded = {tag for entry in stale for tag in entry.tags} | {entry.id for entry in stale}
+    for entry, base in agents:  # on a superseded environment image, the agent's image goes with it
+        if base in superseded and entry not in stale:
+            stale.append(entry)
+    report.kept_newest = [entry for _, entry in newest.values() if entry not in stale]
     before = engine.layers_bytes()
-    for entry in stale:
-        if entry.id in protected or protected.intersection(entry.tags):
+    in_use = {entry.id for entry in stale if entry.id in protected or protected.intersection(entry.tags)}
+    # children first: the engine refuses to remove an environment image an agent image is built on
+    for entry in sorted(stale, key=lambda e: e.id not in {a.id for a, _ in agents}):
+        if entry.id in in_use:
             report.kept_in_use.append(entry)
         elif engine.remove_image(entry.id):
             report.removed.append(entry)
@@ -131,6 +137,16 @@ def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
     if report.removed:
         report.freed_bytes = max(0, before - engine.layers_bytes())
     return report
+
+
+def _keep_newest(newest: dict[tuple[str, ...], tuple[str, ImageEntry]], stale: list[ImageEntry],
+                 key: tuple[str, ...], created: str, entry: ImageEntry) -> None:
+    if key in newest and newest[key][0] >= created:
+        stale.append(entry)
+        return
+    if key in newest:
+        stale.append(newest[key][1])
+    newest[key] = (created, entry)
 
 
 DISK_WARNING_FRACTION = 0.85

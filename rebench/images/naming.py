@@ -17,6 +17,7 @@ RAW_TAG = "bookworm-minbase"
 BASE_CPU = "rebench/base-cpu"
 BASE_CUDA = "rebench/base-cuda"
 LABEL_KIND = "rebench.image"
+LABEL_AGENT_BASE = "rebench.agent-base"  # an installed agent's image: the environment image it is built on
 """Label on every image rebench builds: `raw`, `base-cpu`, `base-cuda` or `environment`."""
 
 
