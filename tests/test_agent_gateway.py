@@ -11,11 +11,13 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
 from rebench.gateway.agent_meter import AgentGateway, agent_gateway_config
 from rebench.gateway.policy import allowed_betas
 from rebench.gateway.transcript import said
+from rebench.store.models import GatewayRequest
 from tests.fake_model_server import FakeModelServer
 from tests.scratch_context import ScratchContext
 
@@ -70,6 +72,9 @@ def test_every_call_is_a_model_call_event_with_its_tool_calls_and_bodies(tmp_pat
     assert Path(call["extra"]["body_file"]).is_file() and call["extra"]["stream"] is True
     sent = server.requests[0].headers
     assert sent.get("anthropic-beta") == "context-management-2025-06-27"  # the files beta is dropped
+    # its row is the agent's own model call, not an environment gateway's "agent" row that reports count
+    with ctx.store.session() as session:
+        assert [row.meter for row in session.scalars(select(GatewayRequest))] == ["agent_model"]
     assert sent.get("x-api-key") == KEY
 
 

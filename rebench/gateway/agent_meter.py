@@ -15,9 +15,9 @@ import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rebench.agents.base import AgentConfig, AgentContext, ModelUsage
 from rebench.environments.metadata import Gateway
@@ -34,6 +34,8 @@ SOCKET_NAME = "agent-gateway.sock"
 AGENT_GATEWAY_PORT = 4142
 """The agent's gateway inside a Docker sandbox (the environment's own is on 4141)."""
 CONCURRENCY = 4
+INSTALLED_AGENT_METER = "agent_model"
+"""gateway_requests.meter of an installed agent's calls to its own model."""
 
 
 def agent_gateway_config(config: AgentConfig, max_tokens: int) -> Gateway:
@@ -53,6 +55,9 @@ class _AgentServer(GatewayServer):
     """The agent's gateway: a credit refusal of the agent's meter is its cost limit reached."""
 
     on_refused: Callable[[str], None] | None = None
+    # Its rows are the agent's own model calls, apart from any environment gateway's "agent" rows
+    # (what the agent's code asked of an environment's model), which reports count as such.
+    row_meters: ClassVar[Mapping[str, str]] = {"agent": INSTALLED_AGENT_METER}
 
     def refuse_credit(self, meter: Meter, worst: float) -> HttpError:
         refusal = super().refuse_credit(meter, worst)

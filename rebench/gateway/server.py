@@ -25,7 +25,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -71,6 +71,9 @@ class _Late:
 class GatewayServer:
     """Serves one attempt; `start_tcp`/`start_unix`, then `close()` (idempotent). Without a store
     (scoring outside an attempt) requests are served and not recorded."""
+
+    row_meters: ClassVar[Mapping[str, str]] = {}
+    """The name a meter's rows take in gateway_requests, where it differs from the meter's own."""
 
     def __init__(self, gateway: Gateway, upstream: Upstream, *, store: Store | None, attempt_id: int,
                  price: ModelPrice, credit_usd: float | None = None) -> None:
@@ -370,7 +373,8 @@ class GatewayServer:
         if self.store is None:  # scoring outside an attempt (calibration): nothing to meter it against
             return
         self.records.add(GatewayRequest(
-            attempt_id=self.attempt_id, meter=meter.name if meter else "unauthorized", model=model,
+            attempt_id=self.attempt_id, meter=self.row_meters.get(meter.name, meter.name) if meter else "unauthorized",
+            model=model,
             endpoint=endpoint, status=status, input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost,
             latency_s=time.monotonic() - started, error=error[:2000] if error else None))
 

@@ -337,7 +337,7 @@ class GatewayRequest(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
-    meter: Mapped[str] = mapped_column(String(16))  # agent | scorer | subject | unauthorized
+    meter: Mapped[str] = mapped_column(String(16))  # agent | scorer | subject | unauthorized | agent_model
     model: Mapped[str] = mapped_column(String(128))
     endpoint: Mapped[str] = mapped_column(String(64))
     status: Mapped[int] = mapped_column(Integer)
