@@ -182,3 +182,22 @@ def test_a_missing_or_broken_body_file_gives_the_call_with_a_note(
     # the reply the gateway read from the stream is still there
     assert first.output.message.tool_calls and first.output.message.tool_calls[0].function == "Bash"
     assert second.output.completion == "The notes say to unroll the loop."
+
+
+def test_a_chat_completions_stream_is_folded_into_the_whole_completion() -> None:
+    """The third API the gateway serves, from the fake server's own stream of a reply with text and a tool call."""
+    from inspect_ai.model import model_output_from_openai
+
+    from rebench.export.streamed import whole_answer
+    from tests.fake_model_streams import encode, openai_events
+
+    step = {"text": "Looking.", "tool_calls": [{"id": "call_7", "name": "bash", "arguments": {"command": "ls"}}]}
+    events = openai_events(step, {"model": "gpt-x", "stream_options": {"include_usage": True}}, 1, (40, 9, 0),
+                           "tool_calls")
+    whole = whole_answer("chat", b"".join(encode(name, data) for name, data in events).decode())
+    assert whole is not None
+    output = asyncio.run(model_output_from_openai(whole))
+    assert output.completion == "Looking." and output.stop_reason == "tool_calls"
+    (call,) = output.message.tool_calls or []
+    assert (call.id, call.function, call.arguments) == ("call_7", "bash", {"command": "ls"})
+    assert output.usage is not None and (output.usage.input_tokens, output.usage.output_tokens) == (40, 9)
