@@ -123,7 +123,7 @@ def export(db: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> dict[int,
     assert code == 0, stderr
     samples: dict[int, EvalSample] = {}
     for log in json.loads(stdout)["logs"]:
-        for sample in read_eval_log(log["path"]).samples or []:
+        for sample in read_eval_log(log["path"], resolve_attachments=True).samples or []:
             samples[int(sample.id)] = sample
     return samples
 

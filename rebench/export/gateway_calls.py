@@ -129,12 +129,14 @@ async def _output(api: str, request: dict[str, Any], answer: dict[str, Any]) -> 
 
     if api == "messages":
         return await model_output_from_anthropic(answer)
+    # The usage is dropped (the metered one replaces it): the SDK's types can require fields newer than
+    # the server that answered (a compatible server's usage lacks `cache_write_tokens`).
     if api == "responses":
         # the provider echoes these; a compatible server may leave them out (the converter needs them)
         whole = {"parallel_tool_calls": True, "tool_choice": request.get("tool_choice") or "auto", **answer,
-                 "tools": []}
+                 "tools": [], "usage": None}
         return await model_output_from_openai_responses(whole)
-    return await model_output_from_openai(answer)
+    return await model_output_from_openai({**answer, "usage": None})
 
 
 def _tool(entry: Any) -> ToolInfo | None:
