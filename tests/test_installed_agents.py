@@ -56,14 +56,16 @@ def _claude_steps() -> list[dict[str, Any]]:
 
 
 def _codex_steps() -> list[dict[str, Any]]:
-    def shell(command: str) -> dict[str, Any]:
-        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command}}],
+    def shell(command: str, **more: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command, **more}}],
                 "usage": {"input_tokens": 1200, "output_tokens": 40}}
 
     return [shell("head -c 2000 ~/.rebench/instructions.md"),
             shell(f"echo '{MARKER}' >> solution.py"),
             shell("task score"),
-            shell(SCAN),
+            # Codex hands a command still running after `yield_time_ms` (10 s by default) back as a session
+            # and ends the attempt with it unfinished: a scan slowed by a busy machine wrote nothing
+            shell(SCAN, yield_time_ms=30_000),
             {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
 
 
