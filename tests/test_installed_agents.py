@@ -8,6 +8,8 @@ Checked: the score event, the edit in the snapshot, every model call a `model_ca
 model-wait time recorded, the agent's own session files copied out, and the provider key found nowhere
 in the sandbox (files the agent can read, its processes' environments), the snapshot or the agent's
 files beside it, while the fake provider did receive it (the harness's gateway sent it upstream).
+The attempt is then exported for Inspect: every call is rebuilt from the gateway's body files, the
+agent's first working request carrying the task's instructions.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.fake_model_server import FakeModelServer
+from tests.test_inspect_gateway_calls import export
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -53,14 +56,16 @@ def _claude_steps() -> list[dict[str, Any]]:
 
 
 def _codex_steps() -> list[dict[str, Any]]:
-    def shell(command: str) -> dict[str, Any]:
-        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command}}],
+    def shell(command: str, **more: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command, **more}}],
                 "usage": {"input_tokens": 1200, "output_tokens": 40}}
 
     return [shell("head -c 2000 ~/.rebench/instructions.md"),
             shell(f"echo '{MARKER}' >> solution.py"),
             shell("task score"),
-            shell(SCAN),
+            # Codex hands a command still running after `yield_time_ms` (10 s by default) back as a session
+            # and ends the attempt with it unfinished: a scan slowed by a busy machine wrote nothing
+            shell(SCAN, yield_time_ms=30_000),
             {"text": "Done: scored once.", "usage": {"input_tokens": 1500, "output_tokens": 10}}]
 
 
@@ -107,22 +112,42 @@ def _check_attempt(db: Path, server: FakeModelServer) -> None:
                 assert KEY.encode() not in path.read_bytes(), path
 
 
-def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
+def _check_export(db: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rebench export inspect` rebuilds every call from the gateway's body files with Inspect's converters:
+    the agent's first working request (the one offering tools) carries the task's instructions."""
+    (sample,) = export(db, out, capsys).values()
+    with sqlite3.connect(db) as connection:
+        (calls,), = connection.execute("select count(*) from events where kind = 'model_call'").fetchall()
+    events = [event for event in sample.events if event.event == "model"]
+    assert len(events) == calls
+    assert all(event.metadata["request"] == "rebuilt from the gateway's body file" for event in events), [
+        event.metadata["request"] for event in events]
+    first = next(event for event in events if event.tools)
+    opening = str(sample.input)[:200]
+    assert any(message.role == "user" and opening in message.text for message in first.input), first.input
+    assert any(event.output.message.tool_calls for event in events)
+
+
+def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with FakeModelServer(_claude_steps(), require_key=KEY, aside=_side_call) as server:
         result = _run("claude-code", "anthropic/claude-test-model", server, calibrated_kernel_db, server.url)
         assert result.returncode == 0, result.stdout + result.stderr
         _check_attempt(calibrated_kernel_db, server)
+        _check_export(calibrated_kernel_db, tmp_path / "logs", capsys)
         shown = run_cli("attempts", "show", "1", "--db", str(calibrated_kernel_db))
         flat = re.sub(r"[\s│]+", " ", shown.stdout)  # the events table's cells, unwrapped
         assert flat.count("tool calls: Bash(") >= 4, shown.stdout
         assert flat.index("task score") < flat.rindex("said: Done: scored once."), shown.stdout
 
 
-def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path) -> None:
+def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with FakeModelServer(_codex_steps(), require_key=KEY, aside=_side_call) as server:
         result = _run("codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db, server.openai_url)
         assert result.returncode == 0, result.stdout + result.stderr
         _check_attempt(calibrated_kernel_db, server)
+        _check_export(calibrated_kernel_db, tmp_path / "logs", capsys)
 
 
 SLEEPER = """

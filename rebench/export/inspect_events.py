@@ -45,6 +45,7 @@ from inspect_ai.tool import ToolCall, ToolInfo
 from pydantic import ValidationError
 
 from rebench.export import Anchors, aware
+from rebench.export.gateway_calls import BodyFiles, GatewayCalls
 from rebench.models.requests import RequestReader
 from rebench.store.events import ModelCall, SentMessage, SentTool, parse_event
 from rebench.store.models import Attempt, Pause
@@ -104,7 +105,8 @@ class Transcript:
 class TranscriptBuilder:
     """Feeds an attempt's rows in time order into Inspect events."""
 
-    def __init__(self, attempt: Attempt, anchors: Anchors | None, *, agent_tools: bool) -> None:
+    def __init__(self, attempt: Attempt, anchors: Anchors | None, *, agent_tools: bool,
+                 body_files: BodyFiles | None = None) -> None:
         self.attempt = attempt
         self.anchors = anchors
         self.agent_tools = agent_tools
@@ -113,6 +115,8 @@ class TranscriptBuilder:
         self.origin = aware(attempt.started_at or attempt.created_at)
         self.out = Transcript()
         self._requests = RequestReader()
+        self._gateway_calls = GatewayCalls(body_files)
+        """An installed agent's calls (through its gateway): their request and answer from the body files."""
         self._system: ChatMessage | None = None
         self._history: list[ChatMessage] = []
         self._history_source: list[SentMessage] = []
@@ -235,7 +239,7 @@ class TranscriptBuilder:
         """A ModelEvent: the rebuilt request (none for rows from before requests were stored), the reply."""
         model = payload.model
         reply = ChatMessageAssistant(content=payload.text, model=model,
-                                     tool_calls=_calls(_Call(**c) for c in payload.tool_calls) or None)
+                                     tool_calls=_calls(map(_reply_call, payload.tool_calls)) or None)
         stop = payload.extra.get("stop_reason")
         reason = "tool_calls" if payload.tool_calls else ("max_tokens" if stop in ("length", "max_tokens")
                                                            else "stop")
@@ -247,19 +251,27 @@ class TranscriptBuilder:
         inputs: list[ChatMessage] = []
         tools: list[ToolInfo] = []
         config = GenerateConfig()
+        metadata: dict[str, Any] = {"turn": payload.turn, **payload.extra}
         request = payload.request if isinstance(payload, ModelCall) else None
         if request is not None:
             full = self._requests.read(request)
             inputs = self._conversation(full.system, full.messages)
             tools = [_tool_info(t) for t in full.tools]
             config = GenerateConfig(max_tokens=full.max_output_tokens)
+        elif payload.extra.get("via") == "gateway" and "body_file" in payload.extra:
+            rebuilt = self._gateway_calls.rebuild(payload.extra, model)
+            inputs, tools, config = rebuilt.input, rebuilt.tools, rebuilt.config
+            if rebuilt.output is not None:  # the metered tokens, cost and wait, as for every other call
+                output = rebuilt.output.model_copy(update={"usage": usage, "time": payload.wait_s})
+                reply = output.message
+            metadata["request"] = "; ".join(rebuilt.notes) or "rebuilt from the gateway's body file"
+        else:
+            metadata = {"turn": payload.turn, "request": "not stored (recorded before rebench stored requests)"}
         started = max(0.0, row.working_s - payload.wait_s)
         self.out.events.append(ModelEvent(
             timestamp=common["timestamp"] - timedelta(seconds=payload.wait_s), working_start=started,
             completed=common["timestamp"], working_time=payload.wait_s, model=model, input=inputs, tools=tools,
-            tool_choice="auto", config=config, output=output,
-            metadata={"turn": payload.turn, **payload.extra} if request is not None else
-            {"turn": payload.turn, "request": "not stored (recorded before rebench stored requests)"}))
+            tool_choice="auto", config=config, output=output, metadata=metadata))
         self.out.output = output
         self.out.messages = [*inputs, reply]
 
@@ -283,4 +295,18 @@ class _Call:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     parse_error: str | None = None
+
+
+def _reply_call(stored: dict[str, Any]) -> _Call:
+    """A stored tool call; a gateway row keeps the API's own form (arguments as a JSON string, or none)."""
+    arguments, error = stored.get("arguments"), stored.get("parse_error")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            arguments, error = {"raw": arguments}, error or "arguments are not JSON"
+    if not isinstance(arguments, dict):
+        arguments = {} if arguments is None else {"value": arguments}
+    return _Call(id=str(stored.get("id") or ""), name=str(stored.get("name") or ""), arguments=arguments,
+                 parse_error=error)
 

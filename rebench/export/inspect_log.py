@@ -105,8 +105,10 @@ def _anchors(normalizer: Normalizer, attempt: Attempt) -> Anchors | None:
 
 
 def _transcript(store: Store, attempt: Attempt, anchors: Anchors | None) -> Transcript:
+    from rebench.export.gateway_calls import BodyFiles
     from rebench.export.inspect_events import TranscriptBuilder
 
+    body_files = BodyFiles(store.snapshots_dir, attempt.id, attempt.snapshot_path)
     with store.session() as session:
         agent_tools = session.scalar(select(Event.id).where(Event.attempt_id == attempt.id,
                                                             Event.kind == "tool_result").limit(1)) is not None
@@ -115,7 +117,8 @@ def _transcript(store: Store, attempt: Attempt, anchors: Anchors | None) -> Tran
         pauses = list(session.scalars(select(Pause).where(Pause.attempt_id == attempt.id).order_by(Pause.id)))
         rows = session.scalars(select(Event).where(Event.attempt_id == attempt.id).order_by(Event.seq)
                                .execution_options(yield_per=500))
-        return TranscriptBuilder(attempt, anchors, agent_tools=agent_tools).build(rows, scores, pauses)
+        return TranscriptBuilder(attempt, anchors, agent_tools=agent_tools,
+                                 body_files=body_files).build(rows, scores, pauses)
 
 
 def _scores(store: Store, normalizer: Normalizer, attempt: Attempt) -> dict[str, Any]:

@@ -29,7 +29,7 @@ class Exchange:
     error: str | None = None
 
 
-def _events(stream: bytes) -> list[tuple[str, Any]]:
+def server_sent_events(stream: bytes) -> list[tuple[str, Any]]:
     """(event name, parsed data) of each server-sent event; data that is not JSON is skipped."""
     found: list[tuple[str, Any]] = []
     for block in stream.decode("utf-8", errors="replace").split("\n\n"):
@@ -83,7 +83,7 @@ def said(fmt: str, answer: dict[str, Any] | None, stream: bytes | None) -> Said:
             return _responses(answer.get("output") or [])
         choices = answer.get("choices") or [{}]
         return _chat(choices[0].get("message") or {})
-    events = _events(stream or b"")
+    events = server_sent_events(stream or b"")
     if fmt == "responses":
         for name, data in events:
             if name == "response.completed" or data.get("type") == "response.completed":
