@@ -18,6 +18,7 @@ from .docker_support import base_image, docker_engine
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 HELD_OUT = {
+    "activation_sparsity": ["heldout.bin"],
     "fix_embedding": ["val.bin"],
     "restricted_mlm": ["heldout.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],
