@@ -61,7 +61,7 @@ def plan_in_child(ctx: dict[str, Any], home: Path, solution: Path, timeout_s: fl
                     "block_size": int(ctx["model_config"]["block_size"]), "target": float(ctx["target_sparsity"])})
         reply = child.receive(timeout_s, max_payload_bytes=MAX_PLAN_BYTES)
     finally:
-        child.close(grace_s=5.0)
+        child.close(grace_s=30.0)
     if "error" in reply:
         raise ChildFailed(str(reply["error"]))
     return decode_plan(reply), child.confined
