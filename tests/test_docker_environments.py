@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 XDIST_SPREAD = True  # one test per environment, independent: spread over the workers (tests/conftest.py)
 
 HELD_OUT = {
+    "activation_sparsity": ["heldout.bin"],
     "fix_embedding": ["val.bin"],
     "restricted_mlm": ["heldout.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],

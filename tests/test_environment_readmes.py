@@ -1,27 +1,36 @@
-"""Every environment's README ends with a table of where it differs from METR's task (issue 25)."""
+"""Every environment's README ends with a table of where it differs from its source: METR's task
+(issue 25), or the paper for an environment taken from one (no `metr_task_family`, issue 30)."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
 import pytest
 
 from .conftest import REPO
 
-SECTION = "## Differences from METR's task"
+METR_SECTION = "## Differences from METR's task"
+PAPER_SECTION = "## Differences from the paper"
 ENVIRONMENTS = sorted(path.name for path in (REPO / "environments").iterdir()
                       if path.is_dir() and (path / "environment.toml").is_file() and path.name != "_common")
 
 
+def _section(name: str) -> str:
+    meta = tomllib.loads((REPO / "environments" / name / "environment.toml").read_text(encoding="utf-8"))
+    return METR_SECTION if meta.get("metr_task_family") else PAPER_SECTION
+
+
 def test_the_seven_environments_are_found() -> None:
-    assert len(ENVIRONMENTS) == 7, ENVIRONMENTS
+    assert len([name for name in ENVIRONMENTS if _section(name) == METR_SECTION]) == 7, ENVIRONMENTS
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_readme_has_a_table_of_differences_from_metr(name: str) -> None:
     text = (REPO / "environments" / name / "README.md").read_text(encoding="utf-8")
-    assert text.count(SECTION) == 1, f"{name}: no (or more than one) '{SECTION}' section"
-    section = text.split(SECTION, 1)[1]
+    heading = _section(name)
+    assert text.count(heading) == 1, f"{name}: no (or more than one) '{heading}' section"
+    section = text.split(heading, 1)[1]
     section = re.split(r"^## ", section, maxsplit=1, flags=re.MULTILINE)[0]
     lines = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
     assert len(lines) >= 3, f"{name}: the section holds no table with a row"
@@ -34,7 +43,7 @@ def test_readme_has_a_table_of_differences_from_metr(name: str) -> None:
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_the_table_says_how_the_network_differs(name: str) -> None:
     """RE-Bench gave every task internet access; rebench gives none unless `--network full` (issue 25)."""
-    section = (REPO / "environments" / name / "README.md").read_text(encoding="utf-8").split(SECTION, 1)[1]
+    section = (REPO / "environments" / name / "README.md").read_text(encoding="utf-8").split(_section(name), 1)[1]
     rows = [line for line in section.splitlines() if line.startswith("| Network:")]
     assert len(rows) == 1, f"{name}: no (or more than one) '| Network:' row in the table"
     assert "full internet" in rows[0] and "`rebench run --network full`" in rows[0], rows[0]
