@@ -5,10 +5,13 @@ The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml).
 is one group, so its module fixtures are made once, on one worker; a file whose tests are
 independent and slow sets `XDIST_SPREAD = True` to have them spread over the workers. What is
 built once per run (environment virtualenvs and assets, the kernel's calibration) lives in a
-folder all workers share, made under a file lock by whichever worker needs it first."""
+folder all workers share, made under a file lock by whichever worker needs it first. A test
+marked `alone` (a wall-clock limit or a timing it compares) waits until no other test runs, and
+no other test starts until it ends (`parallel_gate`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -51,6 +54,31 @@ SLOW_FIRST = (
     "tests/test_model_envs_campaign.py",
     "tests/adversarial/test_mlm_rules.py",
 )
+
+
+@pytest.fixture(autouse=True)
+def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under xdist, every test holds the run lock shared and an `alone` test holds it exclusively.
+    The gate lock, held while a test takes the run lock (and by an `alone` test throughout), stops
+    new tests from starting while an `alone` one waits for the running ones to end."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = shared_folder(tmp_path_factory, "parallel-gate")
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(folder / "gate", "a") as gate, open(folder / "run", "a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

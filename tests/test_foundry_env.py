@@ -326,6 +326,7 @@ def train_on_own_data(python: Path, solution: Path) -> Path:
     return solution / "trained_model"
 
 
+@pytest.mark.alone  # timings compared, and finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_start_and_reference_train_the_reference_weights_and_the_reference_is_over_twice_as_fast(
@@ -360,6 +361,7 @@ CHEATS = {
 }
 
 
+@pytest.mark.alone  # finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_copied_models_and_changed_hyperparameters_are_invalid(ci_build: tuple[Path, Path], tmp_path: Path) -> None:
@@ -399,6 +401,7 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.alone  # finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(

@@ -98,6 +98,7 @@ def human(fixture_envs: Path, tmp_path: Path) -> Iterator[Human]:
                 subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
 
+@pytest.mark.alone  # it compares the CPU time of a break with the wall time
 def test_expert_works_scores_pauses_and_submits(human: Human, tmp_path: Path) -> None:
     human.start("10m")
     listed = json.loads(human.cli("human", "list", "--json").stdout)

@@ -15,7 +15,8 @@ from rebench.scoring.normalize import normalize
 from .conftest import REPO, run_cli
 from .docker_support import docker_engine
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+# alone: the references train within the attempt's wall-clock budget
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.alone]
 
 ENVIRONMENTS = ["fix_embedding", "restricted_mlm", "small_scaling_law"]
 

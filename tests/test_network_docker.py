@@ -35,9 +35,17 @@ def probe() -> Iterator[str]:
 
 
 def _left_behind() -> tuple[list[str], list[str]]:
+    """The attempt networks on the engine and their host rules, less those of other processes' running
+    attempts (tests running beside this one): what this test's runs made and left is among the rest."""
+    from rebench.sandbox.docker.engine import LABEL_OWNER, owner_alive, owner_token
+
     networks = docker_engine().client.networks.list(filters={"label": "rebench.network"})
+    ours = owner_token()
+    others = {n.name for n in networks if (owner := (n.attrs.get("Labels") or {}).get(LABEL_OWNER, "")) != ours
+              and owner_alive(owner)}
     rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    return [n.name for n in networks], [line for line in rules.splitlines() if "rebench-" in line]
+    return ([n.name for n in networks if n.name not in others],
+            [line for line in rules.splitlines() if "rebench-" in line and not any(name in line for name in others)])
 
 
 def test_none_reaches_nothing_outside_and_full_does(probe: str) -> None:
