@@ -5,11 +5,14 @@ makes it (the profile's params, the folders, and the helper's Landlock confineme
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,19 @@ def build(out: Path) -> Path:
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
+
+
+_BUILT: list[Path] = []
+
+
+def build_once() -> Path:
+    """One quick build per test session, shared by the environment's tests and the attack tests
+    (removed when the session's process exits)."""
+    if not _BUILT:
+        folder = Path(tempfile.mkdtemp(prefix="high-norm-tokens-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _BUILT.append(build(folder / "assets"))
+    return _BUILT[0]
 
 
 def score(built: Path, solution: Path, *, confined: bool = True) -> dict[str, Any]:

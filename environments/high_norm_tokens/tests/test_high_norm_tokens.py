@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return small_build.build(tmp_path_factory.mktemp("high_norm_tokens") / "assets")
+def built() -> Path:
+    return small_build.build_once()
 
 
 def _solution(tmp_path: Path, which: str) -> Path:
