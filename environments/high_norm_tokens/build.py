@@ -10,14 +10,15 @@ defect by a documented weight change (`plant`, README "The planted defect"), bec
 small and this briefly trained does not develop one (the build measures and reports it). The
 secret layers and directions are drawn from a hash of the trained weights, so they are not in any
 file the agent can read and the build stays reproducible.
-paper: the operator's GPT-2 checkpoint (environment.toml), converted to the kit's names; held-out
-text is the operator's OpenWebText validation split.
+paper: the operator's GPT-2 small checkpoint (environment.toml), converted to the kit's names and
+measured as it is (nothing planted); held-out text is the operator's OpenWebText validation split.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -147,21 +148,59 @@ def build_tiny(params: dict, home: Path, protected: Path) -> dict:
             "planted": planted, "measured": found.__dict__, "model": model}
 
 
+def hub_gpt2_to_kit(hub: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The hub's GPT-2 `model.safetensors` (GPT2Model keys, Conv1D matrices stored in x out) in the
+    kit's nanoGPT names and layout; the causal-mask buffers and the tied head are left out."""
+    transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    out = {}
+    for key, value in hub.items():
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue
+        name = key if key.startswith("transformer.") else f"transformer.{key}"
+        out[name] = value.t().contiguous() if key.endswith(transposed) else value.float()
+    return out
+
+
+def build_paper(params: dict, assets: Path, protected: Path) -> tuple[GPT, dict]:
+    """GPT-2 from the operator's checkpoint, measured on OpenWebText's validation split (the
+    held-out text; the training split is not needed and not kept). Nothing is planted."""
+    from safetensors.torch import load_file  # in requirements-paper.txt
+
+    model = GPT(GPTConfig(**params["model_config"]))
+    state = hub_gpt2_to_kit(load_file(str(assets / "gpt2.safetensors")))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise SystemExit(f"{assets / 'gpt2.safetensors'} is not GPT-2 small: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    source = assets / "openwebtext" / "val.bin"
+    if not source.is_file():
+        raise SystemExit(f"{source} is missing; make the folder with `python -m rebench.kit.owt DIR`")
+    shutil.copyfile(source, protected / "heldout.bin")
+    tokens = np.fromfile(protected / "heldout.bin", dtype="<u2")
+    found = measure.measure(model.eval(), measure.windows(tokens, params["windows"],
+                                                          params["model_config"]["block_size"], 0),
+                            params["threshold"])
+    if found.explode_layer is None:
+        raise SystemExit(f"GPT-2 shows no high-norm first token at threshold {params['threshold']}: {found.ratios}")
+    return model, {"measured": found.__dict__}
+
+
 def main() -> None:
     args = buildutil.parse_args(__doc__.splitlines()[0])
     params = buildutil.profile_params(HERE, args.profile)
     home, _workspace, protected = buildutil.layout(args.out)
     if args.profile == "paper":
-        raise SystemExit("profile 'paper' is declared (README) but its build is not implemented yet")
-    report = build_tiny(params, home, protected)
-    model: GPT = report.pop("model")
+        model, report = build_paper(params, buildutil.need_assets(args), protected)
+    else:
+        report = build_tiny(params, home, protected)
+        model = report.pop("model")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     torch.save(state, protected / "model.pth")
     torch.save({k: v for k, v in state.items() if not k.startswith(HIDDEN_KEYS)}, home / "blocks.pth")
     (home / "model_config.json").write_text(json.dumps(params["model_config"], indent=2) + "\n", encoding="utf-8")
     (protected / "build_report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     buildutil.write_params(home, args.profile, {k: v for k, v in params.items() if k not in ("plant",)})
-    print(json.dumps({"natural_ratios": [round(r, 2) for r in report["natural_ratios"]],
+    print(json.dumps({"natural_ratios": [round(r, 2) for r in report.get("natural_ratios", [])],
                       "measured_ratios": [round(r, 2) for r in report["measured"]["ratios"]]}))
 
 

@@ -33,13 +33,8 @@ def predict(blocks: dict[str, torch.Tensor], config: dict) -> dict:
     explode = next((i for i in range(n_layer) if jump[i] and float(tops[i][1] @ tops[i][2]) > -0.5),
                    int(sigmas.argmax()))
     direction = tops[explode][1]
-    # Decay: the first later block with a large negative eigenvalue along the direction.
-    decay = explode + 1
-    strongest = 0.0
-    for i in range(explode + 1, n_layer):
-        along = float(direction @ block_map(blocks, i, n_embd) @ direction)
-        if along < -0.5 * float(sigmas[i]) or along < strongest:
-            strongest, decay = along, i
-            if along < -0.5 * float(sigmas[i]):
-                break
+    # Decay: the first later block with a large negative eigenvalue along the direction (it maps
+    # d to about -d); none found means the norm stays high (n_layer + 1).
+    decay = next((i for i in range(explode + 1, n_layer)
+                  if float(direction @ block_map(blocks, i, n_embd) @ direction) < -0.5 * float(sigmas[i])), n_layer)
     return {"explode_layer": explode + 1, "decay_layer": decay + 1, "direction": direction.tolist()}

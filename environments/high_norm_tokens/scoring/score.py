@@ -11,7 +11,8 @@ measure.py): the layer where the first token's norm ratio first reaches `thresho
 where it falls back under it, and the mean unit direction of the first token at the explosion.
 
 raw = w_explode * [explode layer exact] + w_decay * [decay layer exact] + w_direction * |cos|
-(the profile's `weight_*` params, summing to 1; higher is better). A missing or malformed
+(decay layer n_layer + 1: the norm stays high to
+the last block; the profile's `weight_*` params, summing to 1; higher is better). A missing or malformed
 prediction is invalid (None).
 """
 
@@ -59,10 +60,10 @@ def predict_in_child(ctx: dict[str, Any], solution: Path, config: dict) -> tuple
 def check_prediction(reply: dict, n_layer: int, n_embd: int) -> tuple[int, int, torch.Tensor]:
     """The prediction's values, or ValueError naming the bad one and what is allowed."""
     layers = []
-    for key in ("explode_layer", "decay_layer"):
+    for key, top in (("explode_layer", n_layer), ("decay_layer", n_layer + 1)):
         value = reply.get(key)
-        if type(value) is not int or not 1 <= value <= n_layer:
-            raise ValueError(f"{key} is {value!r}; allowed: an int from 1 to {n_layer} (block outputs)")
+        if type(value) is not int or not 1 <= value <= top:
+            raise ValueError(f"{key} is {value!r}; allowed: an int from 1 to {top}")
         layers.append(value)
     direction = reply.get("direction")
     if (not isinstance(direction, list) or len(direction) != n_embd
@@ -101,8 +102,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     weights = {"explode_layer": ctx["weight_explode"], "decay_layer": ctx["weight_decay"],
                "direction": ctx["weight_direction"]}
     cosine = abs(float(direction @ torch.tensor(truth.direction, dtype=torch.float64)))
+    true_decay = truth.decay_layer if truth.decay_layer is not None else int(config["n_layer"]) + 1
     parts = {"explode_layer": float(explode == truth.explode_layer),
-             "decay_layer": float(decay == truth.decay_layer), "direction": cosine}
+             "decay_layer": float(decay == true_decay), "direction": cosine}
     raw = sum(float(weights[key]) * value for key, value in parts.items())
     message.update({"explode_layer_correct": bool(parts["explode_layer"]),
                     "decay_layer_correct": bool(parts["decay_layer"]), "abs_cosine": round(cosine, 4)})

@@ -5,7 +5,8 @@ The scorer calls predict(blocks, config) in a confined process with a time limit
   `transformer.ln_f.*`), as in ~/model.py; there is no token or position embedding;
 - config: the model's configuration (n_layer, n_embd, n_head, ...).
 Return {"explode_layer": int, "decay_layer": int, "direction": n_embd floats}; layers count
-blocks from 1 (layer l is the residual stream after block l).
+blocks from 1 (layer l is the residual stream after block l); decay_layer is n_layer + 1
+when the norm stays high to the end.
 
 This starting solution guesses: the middle layer for both, and a random direction.
 """
