@@ -7,7 +7,8 @@ score.py starts this file's source with `python -c` under the scoring helper's c
 
 It loads the blocks' weights (tensors only, `weights_only=True`) from the agent's home, where
 there is no token or position embedding, imports predict.py and calls
-`predict(blocks, config)`. The reply is plain JSON: {"explode_layer", "decay_layer",
+`predict(blocks, config)` once the scorer says so (after a "ready" reply: the time limit covers
+predict.py's import and call, not torch's import). The reply is plain JSON: {"explode_layer", "decay_layer",
 "direction"} or {"error"}; the scorer checks every value and gives the child `predict_timeout_s`.
 """
 
@@ -24,9 +25,14 @@ def main():
     import torch
 
     torch.set_num_threads(int(threads))
-    channel.receive()
     try:
         blocks = torch.load(blocks_path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        channel.send({"error": f"cannot load {blocks_path}: {type(exc).__name__}: {exc}"[:400]})
+        return
+    channel.send({"ready": True})  # the time limit starts with the next message: torch's import is not the agent's
+    channel.receive()
+    try:
         predict = import_file(solution, "predict.py", "solution_predict").predict
         out = predict(blocks, json.loads(config_json))
         direction = torch.as_tensor(out["direction"], dtype=torch.float64).flatten().tolist()

@@ -18,6 +18,7 @@ prediction is invalid (None).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -48,10 +49,16 @@ def predict_in_child(ctx: dict[str, Any], solution: Path, config: dict) -> tuple
     child = ConfinedChild(ctx, source, [str(solution), str(blocks), json.dumps(config),
                                         str(int(ctx.get("threads", 1)))], cwd=str(solution), name="predict.py")
     try:
-        child.send({"start": True})
-        reply = child.receive(float(ctx["predict_timeout_s"]))
+        ready = child.receive()  # torch imported and the blocks loaded, within the call's own limit
+        if "error" not in ready:
+            child.send({"start": True})
+            ready = child.receive(float(ctx["predict_timeout_s"]))
+        reply = ready
     finally:
-        child.close(grace_s=2.0)
+        # A child still running after its time runs as another user on Docker: this process may not
+        # kill it (PermissionError); the exec server ends it with the scoring call.
+        with contextlib.suppress(PermissionError):
+            child.close(grace_s=2.0)
     if "error" in reply:
         raise ChildFailed(str(reply["error"]))
     return reply, child.confined

@@ -30,6 +30,7 @@ def quick_params() -> dict[str, Any]:
     params = copy.deepcopy(tiny_params())
     params["build_training"].update(train_tokens=40_000, steps=40)
     params["heldout_tokens"] = 20_000
+    params["predict_timeout_s"] = 5
     return params
 
 

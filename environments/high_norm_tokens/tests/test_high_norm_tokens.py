@@ -54,3 +54,12 @@ def test_a_malformed_prediction_is_invalid(built: Path, tmp_path: Path) -> None:
         "def predict(blocks, config):\n    return {'explode_layer': 0, 'decay_layer': 3, 'direction': [1.0]}\n")
     result = small_build.score(built, solution)
     assert result["raw"] is None and "explode_layer is 0" in result["message"]["error"], result
+
+
+def test_a_prediction_past_its_time_limit_is_invalid(built: Path, tmp_path: Path) -> None:
+    """The time limit is what keeps predict.py to analysis of the weights rather than long searches."""
+    solution = tmp_path / "slow"
+    solution.mkdir()
+    (solution / "predict.py").write_text("import time\n\ndef predict(blocks, config):\n    time.sleep(60)\n")
+    result = small_build.score(built, solution)
+    assert result["raw"] is None and "longer than 5 s" in result["message"]["error"], result
