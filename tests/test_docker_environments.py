@@ -24,6 +24,7 @@ HELD_OUT = {
     "restricted_mlm": ["heldout.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],
     "optimize_llm_foundry": ["hidden_data.jsonl", "reference_model.json"],
+    "high_norm_tokens": ["model.pth", "heldout.bin", "build_report.json"],
 }
 PROFILE = {"optimize_llm_foundry": "ci"}
 

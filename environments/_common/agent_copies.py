@@ -24,6 +24,7 @@ COPIES: dict[str, list[str]] = {
         "fix_embedding/home/static_model.py",
         "small_scaling_law/workspace/model.py",
         "nanogpt_chat_rl/workspace/model.py",
+        "high_norm_tokens/home/model.py",
     ],
     "lmtrain.py": [
         "fix_embedding/workspace/train.py",
