@@ -5,6 +5,7 @@ is tests/test_sandbox_contract.py."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,30 @@ def test_a_disk_filler_is_stopped_and_ends_as_a_disk_limit(image: str, monkeypat
     filled, refused = with_sandbox(image, body)
     assert filled.exit_code == 137 and not filled.timed_out
     assert refused.which == "disk"
+
+
+def test_a_container_left_with_its_agent_frozen_is_removed(image: str) -> None:
+    """A harness SIGKILLed during a score call leaves the agent's cgroup frozen. A frozen process cannot
+    die, so the engine could not kill such a container ("did not receive an exit event") and `rebench gc`
+    failed on it; removing a container thaws what was left frozen first."""
+    from rebench.sandbox.docker.cgroups import AgentCgroup
+
+    engine = docker_engine()
+    container = engine.client.containers.run(image, ["sleep", "600"], detach=True,
+                                             labels={"rebench.attempt": "1", "rebench.owner": "gone:1:1"})
+    try:
+        container.reload()
+        cgroup = AgentCgroup.of_process(int(container.attrs["State"]["Pid"]))
+        cgroup.create(64)
+        container.exec_run(["sh", "-c", "sleep 600 & echo $! > /tmp/agent.pid"])
+        inner = int(container.exec_run(["cat", "/tmp/agent.pid"]).output.decode().strip())
+        cgroup.place(inner)
+        cgroup.freeze()
+        assert cgroup.is_frozen() and cgroup.agent_pids()
+        assert engine.remove_container(str(container.id)) is True
+        assert str(container.id) not in [c[0] for c in engine.containers("rebench.attempt")]
+    finally:
+        with contextlib.suppress(Exception):
+            cgroup.thaw()
+        with contextlib.suppress(Exception):
+            container.remove(force=True)

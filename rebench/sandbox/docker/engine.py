@@ -14,6 +14,7 @@ import docker
 import docker.errors
 
 from rebench.errors import SandboxError, SandboxStartError
+from rebench.sandbox.docker.cgroups import thaw_left_frozen
 
 LABEL_ATTEMPT = "rebench.attempt"
 LABEL_CAMPAIGN = "rebench.campaign"
@@ -190,7 +191,9 @@ class DockerEngine:
         A busy engine may give up waiting for the killed container's exit event: that is tried again."""
         for attempt in range(1, tries + 1):
             try:
-                self.client.containers.get(container_id).remove(force=True, v=True)
+                container = self.client.containers.get(container_id)
+                thaw_left_frozen(str(container.id))
+                container.remove(force=True, v=True)
             except docker.errors.NotFound:
                 return False
             except docker.errors.APIError as exc:
