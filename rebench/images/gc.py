@@ -112,9 +112,11 @@ def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
         entry = ImageEntry(id=image_id, tags=tags, environment=labels.get("rebench.environment", ""),
                            profile=labels.get("rebench.profile", ""))
         if kind in ("environment", "agent"):
+            created = engine.image_created(image_id)
+            if not created:  # removed since the listing (another gc or a build's cleanup)
+                continue
             repository = tags[0].rsplit(":", 1)[0] if kind == "agent" and tags else ""
-            _keep_newest(newest, stale, (kind, repository, entry.environment, entry.profile),
-                         engine.image_created(image_id), entry)
+            _keep_newest(newest, stale, (kind, repository, entry.environment, entry.profile), created, entry)
             if kind == "agent":
                 agents.append((entry, labels.get(LABEL_AGENT_BASE, "")))
         elif kind.startswith("base-") and not any(tag.endswith(":latest") for tag in tags):

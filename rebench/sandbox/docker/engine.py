@@ -144,13 +144,19 @@ class DockerEngine:
         self.client.images.get(image).tag(repository, tag)
 
     def images(self, label: str) -> list[tuple[str, list[str], dict[str, str]]]:
+        # The listing itself, not one inspect per image: an image another process removes meanwhile
+        # (a parallel gc or build) must not fail the whole listing.
         return [
-            (str(i.id), list(i.tags), dict(i.labels or {}))
-            for i in self.client.images.list(filters={"label": label})
+            (str(i["Id"]), [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"], dict(i.get("Labels") or {}))
+            for i in self.client.api.images(filters={"label": label})
         ]
 
     def image_created(self, ref: str) -> str:
-        return str(self.client.images.get(ref).attrs.get("Created", ""))
+        """When the image was made (ISO text); "" when it is gone (removed since it was listed)."""
+        try:
+            return str(self.client.api.inspect_image(ref).get("Created", ""))
+        except docker.errors.ImageNotFound:
+            return ""
 
     def images_in_use(self) -> set[str]:
         """Ids of the images any container on the engine was made from, running or stopped."""
