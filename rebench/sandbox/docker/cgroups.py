@@ -275,24 +275,16 @@ def _uids(host_pid: int) -> set[int]:
     return set()
 
 
-def thaw_left_frozen(container_id: str) -> bool:
+def thaw_left_frozen(container_id: str) -> None:
     """Thaw the agent cgroup of a container whose harness died while the agent was frozen (a SIGKILL
     during a score call). A frozen process cannot die, so the engine could not kill the container: its
-    first process waits for them forever. The container's own process may be exiting already, so the
-    cgroup is found by the container's id under the places Docker's cgroupfs and systemd drivers put
-    it. True when one was thawed."""
-    places = (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope")
-    thawed = False
+    first process waits for them forever. That process may be exiting already (its /proc entry no
+    longer names the cgroup), so the container's cgroup is found by its id where Docker's cgroupfs and
+    systemd drivers put it."""
     for root, point, kind, options in _mounts():
         if root != "/" or not (kind == "cgroup2" or (kind == "cgroup" and "freezer" in options)):
             continue
-        for place in places:
-            agent = Path(point) / place / AGENT_CGROUP
-            state, value = ((agent / "freezer.state", "THAWED") if kind == "cgroup"
-                            else (agent / "cgroup.freeze", "0"))
-            with contextlib.suppress(OSError):
-                if kind == "cgroup" and state.read_text().strip() == "THAWED":
-                    continue
-                state.write_text(value)
-                thawed = True
-    return thawed
+        for place in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+            folder = Path(point) / place
+            if (folder / AGENT_CGROUP).is_dir():
+                AgentCgroup(version=2 if kind == "cgroup2" else 1, freezer=folder, pids=None).thaw()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -192,26 +191,21 @@ class DockerEngine:
         found = self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
         return [(str(c.id), str(c.name), str(c.status), dict(c.labels)) for c in found]
 
-    def remove_container(self, container_id: str, tries: int = 3) -> bool:
+    def remove_container(self, container_id: str) -> bool:
         """Force-remove a container; False when it is gone already or another removal is under way.
-        A busy engine may give up waiting for the killed container's exit event: that is tried again."""
-        for attempt in range(1, tries + 1):
-            try:
-                container = self.client.containers.get(container_id)
-                thaw_left_frozen(str(container.id))
-                container.remove(force=True, v=True)
-            except docker.errors.NotFound:
+        An agent cgroup its killed harness left frozen is thawed first, or the engine cannot kill it."""
+        try:
+            container = self.client.containers.get(container_id)
+            thaw_left_frozen(str(container.id))
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if "already in progress" in str(exc):
                 return False
-            except docker.errors.APIError as exc:
-                if "already in progress" in str(exc):
-                    return False
-                if attempt == tries or "did not receive an exit event" not in str(exc):
-                    raise SandboxError(f"could not remove container {container_id[:12]}: "
-                                       f"{getattr(exc, 'explanation', None) or exc}") from exc
-                time.sleep(2.0 * attempt)
-            else:
-                return True
-        return False
+            raise SandboxError(f"could not remove container {container_id[:12]}: "
+                               f"{getattr(exc, 'explanation', None) or exc}") from exc
+        return True
 
     def volumes(self, label: str = LABEL_ATTEMPT) -> list[tuple[str, dict[str, str]]]:
         return [
