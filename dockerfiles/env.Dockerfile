@@ -1,9 +1,20 @@
-# One environment, one profile: the base plus the environment's Debian packages
+# One environment, one profile: the base plus a layer many environments share, the environment's Debian packages
 # (system-packages.txt: rustc, say; empty for most), its Python requirements (from a local wheelhouse first, then the index) and its files and
 # built assets under /opt/rebench/env, closed to the agent (the harness copies
 # them into place when an attempt starts).
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
+# The requirements most environments pin alike (PyTorch, NumPy: rebench/images/wheels.py), first
+# and before any ARG (a build arg's value is part of each later step's cache key): environments
+# that pin them the same build this layer once, and their images share it.
+COPY shared-wheels/ /tmp/rebench-shared-wheels/
+COPY shared-requirements.txt /tmp/rebench-shared-requirements.txt
+RUN set -eu; \
+    if grep -qv '^\s*\(#.*\)\?$' /tmp/rebench-shared-requirements.txt; then \
+        pip install --no-cache-dir --no-index --find-links /tmp/rebench-shared-wheels \
+            -r /tmp/rebench-shared-requirements.txt; \
+    fi; \
+    rm -rf /tmp/rebench-shared-wheels /tmp/rebench-shared-requirements.txt /root/.cache
 ARG ENVIRONMENT
 ARG PROFILE
 ARG CONTENT_HASH

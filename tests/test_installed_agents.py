@@ -77,10 +77,12 @@ def _run(agent: str, model: str, server: FakeModelServer, db: Path, base_url: st
                    timeout=2400)
 
 
-def _check_attempt(db: Path, server: FakeModelServer) -> None:
+def _check_attempt(db: Path, server: FakeModelServer, agent: str | None = None) -> None:
+    """The attempt (of `agent`, when the database holds several) did what its script says."""
     with sqlite3.connect(db) as connection:
         (attempt_id, status, submitted, snapshot, wait), = connection.execute(
-            "select id, status, submitted, snapshot_path, model_wait_s from attempts").fetchall()
+            "select id, status, submitted, snapshot_path, model_wait_s from attempts where ? is null or agent = ?",
+            (agent, agent)).fetchall()
         scores = connection.execute("select kind, raw from score_events where attempt_id = ?",
                                     (attempt_id,)).fetchall()
         calls = [json.loads(data) for (data,) in connection.execute(
@@ -141,13 +143,50 @@ def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibra
         assert flat.index("task score") < flat.rindex("said: Done: scored once."), shown.stdout
 
 
-def test_codex_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_codex_runs_an_attempt_through_the_gateway_on_an_anthropic_upstream(
+        tmp_path: Path, calibrated_kernel_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Across providers: Codex speaks OpenAI Responses, the upstream Anthropic Messages; the gateway
+    translates each request, and each streamed answer back, tool calls included."""
     with FakeModelServer(_codex_steps(), require_key=KEY, aside=_side_call) as server:
-        result = _run("codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db, server.openai_url)
+        result = _run("codex", "anthropic/claude-test-model", server, calibrated_kernel_db, server.url)
         assert result.returncode == 0, result.stdout + result.stderr
+        assert {r.api for r in server.requests} == {"anthropic"}
         _check_attempt(calibrated_kernel_db, server)
         _check_export(calibrated_kernel_db, tmp_path / "logs", capsys)
+
+
+def _by_agent(scripts: dict[str, list[dict[str, Any]]]) -> Any:
+    """Answers each request from the script of the agent whose tools it offers (Claude Code's `Bash`,
+    Codex's `exec_command`), so two agents can share one server in any order."""
+    tools = {"claude-code": "Bash", "codex": "exec_command"}
+
+    def answer(api: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        offered = {tool.get("name") or tool.get("function", {}).get("name") for tool in body.get("tools") or []}
+        for agent, tool in tools.items():
+            if tool in offered:
+                return scripts[agent].pop(0) if scripts[agent] else {"text": "(script exhausted)"}
+        return {"text": "ok"}
+
+    return answer
+
+
+def test_one_campaign_runs_claude_code_and_codex_on_an_openai_compatible_upstream(calibrated_kernel_db: Path) -> None:
+    """`--agent claude-code,codex` is one campaign with an attempt of each; Claude Code's Messages requests
+    are translated to the upstream's Chat Completions (and its streams back), Codex's Responses pass on."""
+    scripts = {"claude-code": _claude_steps(), "codex": _codex_steps()}
+    with FakeModelServer([], require_key=KEY, aside=_by_agent(scripts)) as server:
+        result = _run("claude-code,codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db,
+                      server.openai_url)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert scripts == {"claude-code": [], "codex": []}  # each agent went through its whole episode
+        assert {r.api for r in server.requests} <= {"openai", "responses"}
+        for agent in scripts:
+            _check_attempt(calibrated_kernel_db, server, agent)
+    with sqlite3.connect(calibrated_kernel_db) as connection:
+        assert len({c for (c,) in connection.execute("select campaign_id from attempts")}) == 1
+    report = run_cli("report", "--json", "--db", str(calibrated_kernel_db))
+    assert report.returncode == 0, report.stderr
+    assert {row["agent"] for row in json.loads(report.stdout)} == {"claude-code", "codex"}, report.stdout
 
 
 SLEEPER = """

@@ -104,7 +104,7 @@ def test_profile_requirements_file_replaces_the_common_one(fixture_envs: Path, i
 
 def test_profile_requirements_go_into_the_wheelhouse(fixture_envs: Path) -> None:
     """The image installs from the wheelhouse, filled from the profile's own requirements file."""
-    from rebench.images.build import fill_wheelhouse
+    from rebench.images.wheels import fill_wheelhouse
 
     folder = fixture_envs / "counter"
     (folder / "requirements-lower.txt").write_text("PyYAML\n")

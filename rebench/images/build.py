@@ -10,10 +10,7 @@ the image then installs from it without touching any index.
 from __future__ import annotations
 
 import os
-import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,6 +28,7 @@ from rebench.images.naming import (
     environment_image,
     raw_image,
 )
+from rebench.images.wheels import fill_shared_wheelhouse, fill_wheelhouse, requirements, shared_requirements
 from rebench.paths import cache_dir
 from rebench.sandbox.docker import DockerEngine
 
@@ -128,13 +126,6 @@ def _build_base(
         engine.build(context, "Dockerfile", tag, {"BASE_IMAGE": parent}, {LABEL_KIND: f"base-{kind}"}, log)
 
 
-def _requirements(env: Environment, profile: str) -> bytes:
-    """The profile's requirements file (requirements-<profile>.txt, else requirements.txt); the
-    image's tag covers it through the environment's content hash."""
-    path = env.requirements(profile)
-    return path.read_bytes() if path else b""
-
-
 def _system_packages(env: Environment) -> bytes:
     """The environment's Debian packages (system-packages.txt, one or more per line, `#` comments),
     installed with apt from the base image's sources over the build's host network; empty when
@@ -143,52 +134,9 @@ def _system_packages(env: Environment) -> bytes:
     return path.read_bytes() if path else b""
 
 
-def _same_platform() -> bool:
-    return (
-        sys.platform == "linux"
-        and platform.machine() == "x86_64"
-        and sys.version_info[:2] == (3, 11)
-        and sys.implementation.name == "cpython"
-    )
-
-
-def fill_wheelhouse(env: Environment, profile: str, log: Log = _quiet) -> Path:
-    """Download the profile's requirements as wheels with this host's pip; cached by their hash."""
-    requirements = _requirements(env, profile)
-    target = cache_dir() / "wheels" / f"{env.name}-{digest(requirements)}"
-    if (target / ".complete").exists():
-        return target
-    with build_lock(target):  # a second build of this environment waits and reuses the wheels
-        if not (target / ".complete").exists():
-            _download_wheels(env, profile, requirements, target, log)
-    return target
-
-
-def _download_wheels(env: Environment, profile: str, requirements: bytes, target: Path, log: Log) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    if requirements.strip():
-        log(f"downloading wheels for {env.name} into {target}")
-        argv = [sys.executable, "-m", "pip", "download", "-q", "-d", str(target), "-r", str(env.requirements(profile))]
-        if not _same_platform():
-            argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.11"]
-            for tag in (
-                "manylinux_2_28_x86_64",
-                "manylinux_2_17_x86_64",
-                "manylinux2014_x86_64",
-                "linux_x86_64",
-            ):
-                argv += ["--platform", tag]
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode != 0:
-            tail = " | ".join(result.stderr.strip().splitlines()[-3:])
-            raise RebenchError(
-                f"pip download for {env.name} failed: {tail}; pass --wheelhouse DIR with the wheels"
-            )
-    (target / ".complete").touch()
-
-
-def _link_tree(source: Path, dest: Path) -> None:
-    """Copy a folder into the build context, hard-linking files where possible."""
+def _link_tree(source: Path, dest: Path, leave_out: frozenset[str] = frozenset()) -> None:
+    """Copy a folder into the build context, hard-linking files where possible (not the files
+    named in `leave_out`)."""
 
     def copy(src: str, dst: str) -> None:
         try:
@@ -201,7 +149,7 @@ def _link_tree(source: Path, dest: Path) -> None:
         dest,
         copy_function=copy,
         dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__", ".complete"),
+        ignore=lambda _, names: {n for n in names if n in leave_out or n in ("__pycache__", ".complete")},
     )
 
 
@@ -281,13 +229,19 @@ def _build_environment_image(env: Environment, profile: str, engine: DockerEngin
     built = assets_dir(env, profile, log=log, assets=assets)
     offline = wheelhouse is None
     wheels = wheelhouse or fill_wheelhouse(env, profile, log)
+    # An operator's own wheelhouse (offline builds) installs everything in the environment's layer.
+    shared = fill_shared_wheelhouse(env, profile, log) if wheelhouse is None else None
+    shared_names = frozenset(path.name for path in shared.iterdir()) if shared else frozenset[str]()
     with tempfile.TemporaryDirectory(prefix="rebench-env-", dir=cache_dir()) as scratch:
         context = Path(scratch)
         shutil.copy(_dockerfile("env.Dockerfile"), context / "Dockerfile")
-        (context / "requirements.txt").write_bytes(_requirements(env, profile))
+        (context / "requirements.txt").write_bytes(requirements(env, profile))
+        (context / "shared-requirements.txt").write_bytes(shared_requirements(env, profile) if shared else b"")
         (context / "system-packages.txt").write_bytes(_system_packages(env))
-        (context / "wheels").mkdir()
-        _link_tree(wheels, context / "wheels")
+        for folder, source, leave_out in (("wheels", wheels, shared_names), ("shared-wheels", shared, frozenset())):
+            (context / folder).mkdir()
+            if source is not None:
+                _link_tree(source, context / folder, leave_out)
         files = context / "env"
         files.mkdir()
         for part in ("workspace", "home", "scoring", "protected"):
