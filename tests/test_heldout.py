@@ -4,8 +4,10 @@ held-out one, standing for a solution fitted to the split its score calls used."
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -65,9 +67,49 @@ def test_an_agent_tuned_to_the_intermediate_split_shows_a_gap(fixture_envs: Path
     text = " ".join(run_cli("report", "--budgets", "2m", "--at", "2m", "--n-bootstrap", "50", "--db", str(db_path),
                             env=env).stdout.split())
     assert "0.800 (held-out 0.200)" in text and "0.600 [0.600, 0.600] (2/2;" in text and "final on held-out" in text
+    _the_files_carry_the_heldout_columns(db_path, tmp_path, env, tuned.calls_per_hour)
     # `rebench rescore` takes the held-out final again too, from the final snapshot
     rescored = run_cli("rescore", "--attempt", "1", "--backend", "local", "--db", str(db_path), env=env)
     assert rescored.returncode == 0, rescored.stderr
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("select final_raw, heldout_raw, heldout_normalized from rescores").fetchall() == [
             (9.0, 5.0, pytest.approx(0.2))]
+
+
+def _the_files_carry_the_heldout_columns(db_path: Path, tmp_path: Path, env: dict[str, str],
+                                         calls_per_hour: float) -> None:
+    """`report --json`, the HTML page and the score@k files (hence the analysis frame) give the same
+    held-out numbers as rebench.api.report, under its field names: per row the mean held-out final,
+    and on every row of an agent the agent's gap, interval, probing count and score calls per hour."""
+    from rebench import analysis
+
+    options = ("--budgets", "2m", "--at", "2m", "--n-bootstrap", "50", "--db", str(db_path))
+    rows = json.loads(run_cli("report", "--json", *options, env=env).stdout)
+    replay = [r for r in rows if r["agent"] == "replay"]
+    assert {r["environment"] for r in replay} == {"counter", "all"}
+    for row in replay:
+        assert (row["heldout_mean"], row["heldout_gap"], row["heldout_gap_low"], row["heldout_gap_high"]) == \
+            pytest.approx((0.2, 0.6, 0.6, 0.6))
+        assert (row["probing"], row["heldout_n"]) == (2, 2) and row["calls_per_hour"] == pytest.approx(calls_per_hour)
+    reference = [r for r in rows if r["agent"] == "reference"]
+    assert reference and all(r["heldout_mean"] == pytest.approx(1.0) and r["heldout_gap"] == pytest.approx(0.0)
+                             and r["probing"] == 0 for r in reference)
+    written = run_cli("report", *options, "--out", str(tmp_path / "out"), env=env)
+    assert written.returncode == 0, written.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "0.800 (held-out 0.200)" in page and "0.600 [0.600, 0.600] (2/2;" in page and "final on held-out" in page
+    csv = run_cli("report", *options, "--format", "csv", "--out", str(tmp_path / "rows.csv"), env=env)
+    assert csv.returncode == 0, csv.stderr
+    frame = analysis.read_score_rows(tmp_path / "rows.csv")
+    columns = analysis.score_row_columns()
+    assert {c: columns[c] for c in HELDOUT_COLUMNS} == {
+        "heldout_mean": "float64", "heldout_gap": "float64", "heldout_gap_low": "float64",
+        "heldout_gap_high": "float64", "heldout_n": "int64", "probing": "int64", "calls_per_hour": "float64"}
+    from_json: list[dict[str, Any]] = [{c: r[c] for c in ("environment", "agent", *HELDOUT_COLUMNS)} for r in rows]
+    from_frame = frame[["environment", "agent", *HELDOUT_COLUMNS]].astype(object).to_dict("records")
+    assert from_frame == [{c: pytest.approx(v, nan_ok=True) if isinstance(v, float) else v for c, v in r.items()}
+                          for r in from_json]
+
+
+HELDOUT_COLUMNS = ("heldout_mean", "heldout_gap", "heldout_gap_low", "heldout_gap_high", "heldout_n", "probing",
+                   "calls_per_hour")

@@ -148,6 +148,8 @@ class RowBuilder:
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
                     original_mean=(None if alloc.truncated or None in original_means
                                    else float(np.mean(original_means))),  # type: ignore[arg-type]
+                    heldout_mean=(None if alloc.truncated or None in heldouts
+                                  else float(np.mean(heldouts))),  # type: ignore[arg-type]
                     **_gateway_fields(gateway_sum(gateways)),
                     **common,
                 )
