@@ -31,7 +31,7 @@ from rebench.scoring.normalize import (
 from rebench.scoring.normalize import final_raw_score
 from rebench.scoring.rescore import rescore_median
 from rebench.store.db import Store
-from rebench.store.models import Calibration
+from rebench.store.measurements import Calibration
 
 if TYPE_CHECKING:
     from rebench.gateway.attempt import AttemptGateway
