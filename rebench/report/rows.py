@@ -79,6 +79,8 @@ class ScoreRow(BaseModel):
     heldout_mean: float | None = Field(None, description="final on held-out: the mean normalized held-out final of "
                                        "the runs that have one (profiles with `final_split`; for `all`: averaged "
                                        "over environments, when every one has it)")
+    heldout_anchors: str | None = Field(None, description="kinds of the held-out split's anchors behind "
+                                        "`heldout_mean`: calibrated, declared")
     # The agent's held-out columns (AgentSummary's, same names and values) on each of its rows: the
     # rows are all that `--json`, the CSV and the analysis frame hold, and they have no per-agent table.
     heldout_gap: float | None = Field(None, description="the agent's mean of best intermediate minus held-out "
@@ -133,6 +135,8 @@ class AttemptSummary(BaseModel):
     heldout_mean: float | None = Field(None, description="final on held-out: mean normalized held-out final score "
                                        "of the attempts that have one (rebench.report.heldout)")
     heldout_n: int = 0
+    heldout_anchors: str | None = Field(None, description="kinds of the held-out split's anchors behind "
+                                        "`heldout_mean`: calibrated, declared")
 
 
 class AgentSummary(BaseModel):

@@ -26,6 +26,10 @@ class Calibration(Base):
     hardware_description: Mapped[str] = mapped_column(Text, default="")
     start_raw: Mapped[float] = mapped_column(Float)
     reference_raw: Mapped[float] = mapped_column(Float)
+    heldout_start_raw: Mapped[float | None] = mapped_column(Float)
+    """The same two solutions on the profile's held-out split (`final_split`); None: it has none, or
+    the row predates migration 0012."""
+    heldout_reference_raw: Mapped[float | None] = mapped_column(Float)
     samples: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
