@@ -1,6 +1,7 @@
-"""Held-out finals (`final_split`) and probing, through the real CLI on the local backend and real
-SQLite: the `counter` fixture's scorer reads `tuned I F` as I on the intermediate split and F on the
-held-out one, standing for a solution fitted to the split its score calls used."""
+"""Held-out finals (`final_split`), probing, the reports and files that show them, and their anchors
+as `envs calibrate` measures them, through the real CLI on the local backend and real SQLite: the
+`counter` fixture's scorer reads `tuned I F` as I on the intermediate split and F on the held-out one,
+standing for a solution fitted to the split its score calls used."""
 
 from __future__ import annotations
 
