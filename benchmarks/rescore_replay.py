@@ -53,7 +53,8 @@ def main() -> None:
                 process.terminate()
         elapsed = time.monotonic() - started
         from rebench.store.db import Store
-        from rebench.store.models import Attempt, Calibration, ScoreEvent
+        from rebench.store.measurements import Calibration
+        from rebench.store.models import Attempt, ScoreEvent
 
         store = Store(Path(folder) / "rebench.db")
         with store.session() as session:

@@ -87,7 +87,8 @@ async def score_reference(env: Environment, profile: str) -> ScoreResult:
 def same_run_anchors(env: Environment, profile: str, log: Callable[[str], None]) -> tuple[float, float]:
     """The start and the reference scored once each, here and now."""
     build_environment(env, profile, "local")
-    start, reference = asyncio.run(measure_anchors(env, profile, backend="local", repeats=1, log=log))
+    samples = asyncio.run(measure_anchors(env, profile, backend="local", repeats=1, log=log))
+    start, reference = samples.start, samples.reference
     if start[0] is None or reference[0] is None:
         raise RebenchError(f"{env.name}: the start or the reference did not score validly: {start} {reference}")
     return start[0], reference[0]

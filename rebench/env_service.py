@@ -92,13 +92,14 @@ def calibrate_on(store: Store, env: Environment, profile: str, backend: str, rep
                observer: Observer) -> CalibrationResult:
     from rebench.calibration import calibration_repeats, measure_anchors, save_calibration
 
-    start, reference = asyncio.run(measure_anchors(env, profile, backend=backend,
-                                                   repeats=calibration_repeats(env, profile, repeats),
-                                                   log=observer.log))
-    row = save_calibration(store, env, profile, start, reference)
+    samples = asyncio.run(measure_anchors(env, profile, backend=backend,
+                                          repeats=calibration_repeats(env, profile, repeats), log=observer.log))
+    row = save_calibration(store, env, profile, samples.start, samples.reference,
+                           heldout_start=samples.heldout_start, heldout_reference=samples.heldout_reference)
     result = CalibrationResult(environment=env.name, env_version=env.version, profile=profile,
                                hardware=row.hardware, hardware_description=row.hardware_description,
-                               start_raw=row.start_raw, reference_raw=row.reference_raw)
+                               start_raw=row.start_raw, reference_raw=row.reference_raw,
+                               heldout_start_raw=row.heldout_start_raw, heldout_reference_raw=row.heldout_reference_raw)
     observer.calibrated(result)
     return result
 

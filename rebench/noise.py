@@ -29,7 +29,8 @@ from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.store.db import Store
-from rebench.store.models import NoiseMeasurement, utcnow
+from rebench.store.measurements import NoiseMeasurement
+from rebench.store.models import utcnow
 
 MIN_N = 2
 MAX_N = 100

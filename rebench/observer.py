@@ -51,10 +51,17 @@ class CalibrationResult(BaseModel):
     hardware_description: str
     start_raw: float
     reference_raw: float
+    heldout_start_raw: float | None = Field(None, description="on the held-out split (a profile's final_split)")
+    heldout_reference_raw: float | None = None
 
     def summary(self) -> str:
+        heldout = ""
+        if self.heldout_start_raw is not None and self.heldout_reference_raw is not None:
+            heldout = (f"; held-out split: start {self.heldout_start_raw:.4f}, "
+                       f"reference {self.heldout_reference_raw:.4f}")
         return (f"calibrated {self.environment} ({self.profile}) on {self.hardware_description}: "
-                f"start {self.start_raw:.4f}, reference {self.reference_raw:.4f} (hardware key {self.hardware})")
+                f"start {self.start_raw:.4f}, reference {self.reference_raw:.4f}{heldout} "
+                f"(hardware key {self.hardware})")
 
 
 class PlannedCampaign(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -82,9 +82,20 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
             f"  declared anchors: start {profile.anchors.start}, reference {profile.anchors.reference} "
             f"({profile.anchors.source})\n"
             f"  in use here: start {anchors['start']:.4f}, reference {anchors['reference']:.4f} ({anchors['kind']})\n"
+            + _heldout_lines(profile, anchors.get("heldout")) +
             f"  {_noise_line(env, profile_name, noise[profile_name])}"
             + "".join(f"\n  operator asset {a.name} ({a.file}): {a.source}" for a in profile.assets)
         )
+
+
+def _heldout_lines(profile: Profile, in_use: dict[str, Any] | None) -> str:
+    """A profile's held-out split (docs/heldout.md): its declared anchors and those in use here."""
+    split = profile.final_split
+    if split is None or in_use is None:
+        return ""
+    return (f"  held-out split {split.params}: declared anchors start {split.anchors.start}, reference "
+            f"{split.anchors.reference}; in use here: start {in_use['start']:.4f}, reference "
+            f"{in_use['reference']:.4f} ({in_use['kind']}); probing margin {split.margin:g}\n")
 
 
 def _final_text(profile: Profile) -> str:

@@ -83,10 +83,10 @@ def _calibrate_if_needed(store: Store, env: Environment, profile: str) -> None:
         # what `rebench.api.calibrate(env, profile, backend="docker", build=False)` does, called here
         # directly: the API sits above this layer
         check(env, profile, "calibrate", backend="docker")
-        start, reference = asyncio.run(measure_anchors(env, profile, backend="docker",
-                                                       repeats=calibration_repeats(env, profile, None),
-                                                       log=lambda _line: None))
-        save_calibration(store, env, profile, start, reference)
+        samples = asyncio.run(measure_anchors(env, profile, backend="docker",
+                                              repeats=calibration_repeats(env, profile, None), log=lambda _line: None))
+        save_calibration(store, env, profile, samples.start, samples.reference,
+                         heldout_start=samples.heldout_start, heldout_reference=samples.heldout_reference)
 
 
 def plan_human(store: Store, *, environment: str, profile: str, budget: str, name: str, key: Path,

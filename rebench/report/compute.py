@@ -10,7 +10,13 @@ from rebench.errors import RebenchError
 from rebench.report.allocation import CURVE_KS
 from rebench.report.data import HUMAN_AGENT, HUMAN_ATTEMPT_S, ReportData
 from rebench.report.estimators import ESTIMATORS
-from rebench.report.headline import agent_summaries, beyond_data, headline_rows, outlier_note
+from rebench.report.headline import (
+    agent_summaries,
+    beyond_data,
+    headline_rows,
+    outlier_note,
+    stamp_agent_fields,
+)
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.rows import ALL, CURVE_MAX_TOTAL_S, Report, ReportSettings, ScoreRow
 from rebench.report.score_rows import RowBuilder, group_runs, mark_best
@@ -79,6 +85,8 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
             f"own attempts ran the {', '.join(own_profiles)} profile(s) while imported METR runs used the "
             "paper's setup; comparisons across the two are indicative only"
         )
+    agents = agent_summaries(builder, loaded, rows, settings.compare_at_s)
+    stamp_agent_fields([*rows, *curves], agents)
     return Report(
         settings=settings,
         rows=rows,
@@ -88,7 +96,7 @@ def build_report(data: ReportData, settings: ReportSettings, info: EnvironmentIn
         humans=human_summary(data.humans),
         data=data,
         notes=notes,
-        agents=agent_summaries(builder, loaded, rows, settings.compare_at_s),
+        agents=agents,
         headline=headline_rows(rows, data.humans, settings),
         human_attempts=human_attempts,
     )

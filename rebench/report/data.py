@@ -91,6 +91,8 @@ class RunRecord:
     """The held-out final is more than the split's margin below the best intermediate score."""
     calls_per_hour: float | None = None
     """Intermediate score calls per working hour (own attempts)."""
+    heldout_anchors: str | None = None
+    """Kind of the anchors behind `heldout_score`: calibrated or declared."""
     original_score: float | None = None
     """With `report --rescored RUN` (rebench.report.rescored): the score as originally recorded, `score`
     being the re-score; None otherwise."""

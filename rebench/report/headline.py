@@ -73,6 +73,19 @@ def agent_summaries(
     return out
 
 
+AGENT_ROW_FIELDS = ("heldout_gap", "heldout_gap_low", "heldout_gap_high", "heldout_n", "probing", "calls_per_hour")
+
+
+def stamp_agent_fields(rows: Iterable[ScoreRow], agents: Iterable[AgentSummary]) -> None:
+    """Copy each agent's held-out columns onto its score@k rows (see ScoreRow)."""
+    by_agent = {(a.agent, a.source): a for a in agents}
+    for row in rows:
+        summary = by_agent.get((row.agent, row.source))
+        if summary is not None:
+            for name in AGENT_ROW_FIELDS:
+                setattr(row, name, getattr(summary, name))
+
+
 def _human_gap(total_s: float, humans: list[RunRecord], settings: ReportSettings) -> str:
     """Why humans have no row at `total_s`."""
     if total_s not in settings.total_budgets_s:

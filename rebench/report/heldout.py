@@ -1,6 +1,7 @@
 """Held-out finals and probing in reports (a profile's `final_split`, rebench.scoring.heldout).
 
-Per attempt: its held-out final, normalized with the split's own anchors; its best intermediate
+Per attempt: its held-out final, normalized with the split's own anchors (calibrated here when
+`envs calibrate` measured them, else declared); its best intermediate
 score, normalized with the anchors in force; the gap between them (best intermediate minus
 held-out: positive where the solution did better on the split the agent could probe); score
 calls per working hour; and the probing flag, set when the gap is above the split's `margin`.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from rebench.scoring.heldout import split_anchors
 from rebench.scoring.normalize import normalize
 
 if TYPE_CHECKING:
@@ -36,6 +38,9 @@ class HeldoutRun(Protocol):
 
     @property
     def calls_per_hour(self) -> float | None: ...
+
+    @property
+    def heldout_anchors(self) -> str | None: ...
 
 
 GAP_NOTE = ("final on held-out: the solution an attempt ended with, scored after it on a hidden split no score "
@@ -62,8 +67,10 @@ def heldout_fields(attempt: Attempt, events: Sequence[ScoreEvent],
     valid = [float(e.raw) for e in intermediate if e.valid and e.raw is not None]
     best_raw = (min(valid) if profile.direction == "lower" else max(valid)) if valid else None
     best = normalize(best_raw, anchors.start, anchors.reference)
-    final = normalize(heldout[-1].raw if heldout[-1].valid else None, split.anchors.start, split.anchors.reference)
-    out.update(heldout_score=final, best_intermediate=best, probing=best - final > split.margin)
+    scale = split_anchors(anchors, split)
+    final = normalize(heldout[-1].raw if heldout[-1].valid else None, scale.start, scale.reference)
+    out.update(heldout_score=final, best_intermediate=best, probing=best - final > split.margin,
+               heldout_anchors=scale.kind)
     return out
 
 
@@ -72,7 +79,8 @@ def summary_fields(members: Sequence[HeldoutRun]) -> dict[str, Any]:
     scored = [r for r in members if r.heldout_score is not None]
     if not scored:
         return {}
-    return {"heldout_mean": float(np.mean([r.heldout_score for r in scored])), "heldout_n": len(scored)}
+    return {"heldout_mean": float(np.mean([r.heldout_score for r in scored])), "heldout_n": len(scored),
+            "heldout_anchors": ",".join(sorted({r.heldout_anchors for r in scored if r.heldout_anchors}))}
 
 
 def agent_fields(runs: Sequence[HeldoutRun], n_bootstrap: int, seed: int) -> dict[str, Any]:

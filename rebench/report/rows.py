@@ -77,7 +77,21 @@ class ScoreRow(BaseModel):
         None, description="with `report --rescored RUN`: `mean` as originally scored (the re-scored runs' own scores)"
     )
     heldout_mean: float | None = Field(None, description="final on held-out: the mean normalized held-out final of "
-                                       "the runs that have one (profiles with `final_split`)")
+                                       "the runs that have one (profiles with `final_split`; for `all`: averaged "
+                                       "over environments, when every one has it)")
+    heldout_anchors: str | None = Field(None, description="kinds of the held-out split's anchors behind "
+                                        "`heldout_mean`: calibrated, declared")
+    # The agent's held-out columns (AgentSummary's, same names and values) on each of its rows: the
+    # rows are all that `--json`, the CSV and the analysis frame hold, and they have no per-agent table.
+    heldout_gap: float | None = Field(None, description="the agent's mean of best intermediate minus held-out "
+                                      "final (normalized), over all its attempts in the report")
+    heldout_gap_low: float | None = Field(None, description="the agent's gap: 2.5th bootstrap percentile")
+    heldout_gap_high: float | None = Field(None, description="the agent's gap: 97.5th bootstrap percentile")
+    heldout_n: int = Field(0, description="the agent's attempts with a held-out final (behind the gap)")
+    probing: int = Field(0, description="of those, flagged for probing (held-out final more than the split's "
+                         "margin below the best intermediate score)")
+    calls_per_hour: float | None = Field(None, description="the agent's mean intermediate score calls per "
+                                         "working hour (own attempts)")
     human_percentile: float | None = Field(
         None, description="for an agent's best `all` row: the human 8 h percentile it matches"
     )
@@ -121,6 +135,8 @@ class AttemptSummary(BaseModel):
     heldout_mean: float | None = Field(None, description="final on held-out: mean normalized held-out final score "
                                        "of the attempts that have one (rebench.report.heldout)")
     heldout_n: int = 0
+    heldout_anchors: str | None = Field(None, description="kinds of the held-out split's anchors behind "
+                                        "`heldout_mean`: calibrated, declared")
 
 
 class AgentSummary(BaseModel):

@@ -90,8 +90,9 @@ class RowBuilder:
         gateways = [gateway_total(run for _, run in scored[env]) for env in result.environments]
         originals = [[run.original_score for _, run in scored[env]] for env in result.environments]
         original_means = [None if None in o else float(np.mean(o)) for o in originals]  # type: ignore[arg-type]
-        heldouts = [heldout.summary_fields([run for _, run in scored[env]]).get("heldout_mean")
-                    for env in result.environments]
+        held = [heldout.summary_fields([run for _, run in scored[env]]) for env in result.environments]
+        heldouts = [fields.get("heldout_mean") for fields in held]
+        heldout_kinds = [fields.get("heldout_anchors") or "" for fields in held]
         rows = []
         for j, alloc in enumerate(allocations):
             common = {
@@ -125,6 +126,7 @@ class RowBuilder:
                         rule_mean=rule_means[i] if rescored[i] and not alloc.truncated else None,
                         original_mean=None if alloc.truncated else original_means[i],
                         heldout_mean=None if alloc.truncated else heldouts[i],
+                        heldout_anchors=None if alloc.truncated else heldout_kinds[i] or None,
                         **_gateway_fields(gateways[i]),
                         **common,
                     )
@@ -148,6 +150,10 @@ class RowBuilder:
                     rule_mean=float(np.mean(rule_means)) if any(rescored) and not alloc.truncated else None,
                     original_mean=(None if alloc.truncated or None in original_means
                                    else float(np.mean(original_means))),  # type: ignore[arg-type]
+                    heldout_mean=(None if alloc.truncated or None in heldouts
+                                  else float(np.mean(heldouts))),  # type: ignore[arg-type]
+                    heldout_anchors=(None if alloc.truncated or None in heldouts
+                                     else ",".join(sorted(set(",".join(heldout_kinds).split(",")) - {""}))),
                     **_gateway_fields(gateway_sum(gateways)),
                     **common,
                 )

@@ -34,6 +34,7 @@ from rebench.errors import RebenchError
 from rebench.harness_files import kit_version
 from rebench.processes import pid_alive
 from rebench.rescoring.plan import AttemptPlan, Plan, Selection, plan_attempts, selected_ids
+from rebench.scoring.heldout import split_anchors
 from rebench.scoring.normalize import normalize
 from rebench.scoring.rescore import rescore
 from rebench.scoring.result import ScoreResult
@@ -280,6 +281,7 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
         with contextlib.suppress(Exception):
             await sandbox.stop()
     in_force = ResolvedAnchors.model_validate(recorded[f"{env.name}/{item.profile}"]["anchors"])
+    held = split_anchors(in_force, profile.final_split) if profile.final_split is not None else None
     anchors = resolved(summary.anchors) or in_force
     return Rescore(attempt_id=item.attempt_id, status=RescoreStatus.DONE, rule=item.rule,
                    env_version=env.version, content_hash=env.content_hash(item.profile),
@@ -287,8 +289,7 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
                    final_normalized=normalize(summary.final_raw, anchors.start, anchors.reference),
                    anchors_start=anchors.start, anchors_reference=anchors.reference, anchors_kind=anchors.kind,
                    heldout_raw=heldout.raw if heldout is not None and heldout.valid else None,
-                   heldout_normalized=(None if heldout is None or profile.final_split is None else normalize(
-                       heldout.raw if heldout.valid else None, profile.final_split.anchors.start,
-                       profile.final_split.anchors.reference)),
+                   heldout_normalized=(None if heldout is None or held is None else normalize(
+                       heldout.raw if heldout.valid else None, held.start, held.reference)),
                    scores=calls, skipped_snapshots=[*item.skipped_snapshots, *summary.skipped],
                    duration_s=time.monotonic() - began)

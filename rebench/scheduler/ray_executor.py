@@ -39,11 +39,11 @@ from rebench.provenance import rebench_version
 from rebench.runner import AttemptRunner, RunHooks
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, join
 from rebench.store.db import Store
+from rebench.store.measurements import Calibration
 from rebench.store.models import (
     Attempt,
     AttemptStatus,
     Base,
-    Calibration,
     Campaign,
     ErrorSource,
     Event,

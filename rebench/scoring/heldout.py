@@ -6,7 +6,8 @@ from 88% to 69% for one agent when re-scored on fresh data). After the attempt, 
 stopped and the agent's processes killed, the solution it ended with is scored once on a second
 hidden split no score call used, with the scorer's params for it (`params-final.json` in the
 protected folder, rebench.environments.install). The result is a score row of kind `heldout`;
-reports normalize it with the split's own anchors and set it beside the best intermediate score.
+reports normalize it with the split's own anchors (`split_anchors`) and set it beside the best
+intermediate score.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rebench.environments.install import FINAL_PARAMS_FILE
-from rebench.environments.metadata import Profile
+from rebench.environments.metadata import FinalSplit, Profile
 from rebench.sandbox.base import Sandbox
+from rebench.scoring.normalize import ResolvedAnchors
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import CallTokens, run_scoring
 from rebench.store.models import ScoreKind
@@ -52,3 +54,12 @@ def heldout_skip(status: str, error_source: str | None, kill_error: str | None) 
     if kill_error is not None:
         return f"the agent's processes could not be stopped ({kill_error})"
     return None
+
+
+def split_anchors(in_force: ResolvedAnchors, split: FinalSplit) -> ResolvedAnchors:
+    """The anchors a held-out final is normalized with: those resolved beside the anchors in force
+    (rebench.calibration.resolve_anchors: calibrated here, else declared), else the split's declared
+    ones (anchors recorded before held-out anchors were resolved, or measured in a re-scoring window)."""
+    if in_force.heldout is not None:
+        return in_force.heldout
+    return ResolvedAnchors(start=split.anchors.start, reference=split.anchors.reference, kind="declared")

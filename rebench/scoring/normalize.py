@@ -22,6 +22,9 @@ class ResolvedAnchors(BaseModel):
     kind: Literal["declared", "calibrated", "window"]
     """`window`: measured beside the attempt's re-scores (rebench.scoring.window)."""
     hardware: str | None = None
+    heldout: ResolvedAnchors | None = None
+    """The held-out split's anchors (a profile's `final_split`, docs/heldout.md), resolved the same
+    way: calibrated here when a calibration measured them, else declared; None without a split."""
 
 
 def is_valid(value: float | None) -> bool:
