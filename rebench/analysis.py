@@ -79,6 +79,13 @@ def score_row_columns() -> dict[str, str]:
     return {name: _pandas_dtype(field.annotation) for name, field in ScoreRow.model_fields.items()}
 
 
+def _optional_score_fields() -> set[str]:
+    """ScoreRow fields that may be None (CSV writes None as an empty cell)."""
+    from rebench.report.rows import ScoreRow
+
+    return {name for name, field in ScoreRow.model_fields.items() if not field.is_required() and field.default is None}
+
+
 def _frame(records: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> pd.DataFrame:
     """A frame with exactly `columns`, in order and with their dtypes, even when empty."""
     frame = pd.DataFrame.from_records(list(records), columns=list(columns))
@@ -255,7 +262,8 @@ def read_score_rows(path: Path | str) -> pd.DataFrame:
         raw = pd.read_parquet(path)
     else:
         exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}  # 3: the default
+        # an empty cell is a missing value, except in a string column that cannot be missing (there: "")
+        missing = {n for n, d in columns.items() if d != "string" or n in _optional_score_fields()}
         raw = pd.read_csv(path, dtype={n: d for n, d in columns.items() if d == "string"},
-                          keep_default_na=False, na_values={n: [""] for n, d in columns.items() if d != "string"},
-                          **exact)
+                          keep_default_na=False, na_values={n: [""] for n in missing}, **exact)
     return _frame(raw.to_dict("records"), columns)
