@@ -43,8 +43,9 @@ def test_the_judge_and_the_held_out_prompts_are_reachable_only_through_the_gatew
                "CANARY": "class AnnotatorError"}  # evaluation.py, which the agent may read: the search works
     assert all(secrets["JUDGE"] not in p.read_text() for p in (REPO / "environments" / "nanogpt_chat_rl").rglob("*.py")
                if p.name != "judge.py")
-    searches = [f"if grep -rlsIF --exclude-dir=proc --exclude-dir=sys -e '{text}' / | head -3 | grep -q .; "
-                f"then echo {name}-FOUND; else echo {name}-ABSENT; fi" for name, text in secrets.items()]
+    # one walk of the whole file system for every secret (each walk reads every text file of the image)
+    patterns = " ".join(f"-e '{text}'" for text in secrets.values())
+    searches = [f"grep -rhosIF --exclude-dir=proc --exclude-dir=sys {patterns} / | sort -u | sed 's/^/MATCH /'"]
     probes = [probe("PROMPTS", "cat /protected/prompts.jsonl"),
               probe("OUTPUTS", "cat /protected/reference_outputs/student.jsonl"),
               probe("ASSETS", "ls /opt/rebench/env"),
@@ -69,6 +70,8 @@ def test_the_judge_and_the_held_out_prompts_are_reachable_only_through_the_gatew
         meters = {(meter, status): count for meter, status, count in metered}
     assert "VERDICT [True, False]" in outputs["python"], outputs
     found = set(outputs["bash"].split())
+    matched = {line.removeprefix("MATCH ") for line in outputs["bash"].splitlines() if line.startswith("MATCH ")}
+    found |= {f"{name}-{'FOUND' if text in matched else 'ABSENT'}" for name, text in secrets.items()}
     assert {"PROMPTS-CLOSED", "OUTPUTS-CLOSED", "ASSETS-CLOSED", "SOCKET-CLOSED", "SCORER_KEY-CLOSED",
             "JUDGE-ABSENT", "WORLD-ABSENT", "HELDOUT-ABSENT", "CANARY-FOUND"} <= found, outputs["bash"]
     assert [kind for kind, _, _ in scores] == ["baseline", "intermediate"]
