@@ -45,7 +45,9 @@ def test_anthropic_messages_reach_an_openai_compatible_upstream_translated(store
             tools = [{"name": "bash", "description": "run a command", "input_schema": SCHEMA}]
             whole = await client.messages.create(model="tiny-1", max_tokens=50, system="be brief", messages=HISTORY,
                                                  tools=tools)  # type: ignore[arg-type]
-            async with client.messages.stream(model="tiny-1", max_tokens=50, messages=USER) as stream:
+            # Claude Code asks for thinking: a hint the upstream cannot follow, left out as `reasoning` is
+            async with client.messages.stream(model="tiny-1", max_tokens=50, messages=USER,
+                                              thinking={"type": "enabled", "budget_tokens": 20}) as stream:
                 texts = [text async for text in stream.text_stream]
                 final = await stream.get_final_message()
             with pytest.raises(anthropic.BadRequestError) as refused:
@@ -63,6 +65,7 @@ def test_anthropic_messages_reach_an_openai_compatible_upstream_translated(store
     assert sent[0]["messages"][2]["tool_calls"][0]["function"] == {"name": "bash", "arguments": '{"command": "ls"}'}
     assert sent[0]["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.txt"}
     assert sent[0]["tools"] == [TOOL]
+    assert "thinking" not in sent[1] and sent[1]["max_tokens"] == 50
 
 
 def test_openai_requests_reach_an_anthropic_upstream_translated(store: Store) -> None:

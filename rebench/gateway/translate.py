@@ -4,7 +4,8 @@ Chat Completions is the pivot: an Anthropic Messages or OpenAI Responses request
 request (`messages_to_chat`, `responses_to_chat`), and a chat request becomes a Messages one for an
 Anthropic upstream (`chat_to_messages`). A field with no counterpart on the other side is refused with
 a 400 naming it (`Untranslatable`), never dropped, except hints that change nothing of the answer's
-meaning (cache markers, `store: false`, a prompt cache key, reasoning effort, `include`). Tool calls
+meaning (cache markers, `store: false`, a prompt cache key, reasoning effort or a thinking budget,
+`include`). Tool calls
 and their results keep their ids, so a conversation goes on in either format.
 """
 
@@ -96,9 +97,7 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for field in ("top_k",):
         if body.get(field) is not None:
             raise Untranslatable(field, "Messages", "Chat Completions")
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
-        raise Untranslatable("thinking", "Messages", "Chat Completions")
+    # `thinking` is left out: like Responses' `reasoning`, it asks how much to think, not what to answer
     chat: dict[str, Any] = {"model": body.get("model")}
     messages: list[dict[str, Any]] = []
     system = body.get("system")
