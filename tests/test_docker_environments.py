@@ -1,6 +1,7 @@
 """The model environments in Docker: an agent cannot read their held-out data, the Scaling Law
-ground-truth sweep or LLM Foundry's hidden training file and reference model, nor find a readable
-copy of them anywhere in its container. Each test builds the environment's image (tiny, or the
+ground-truth sweep, LLM Foundry's hidden training file and reference model or the Rust hidden
+problems (both splits: score calls' and the held-out final's), nor find a readable copy of them
+anywhere in its container. Each test builds the environment's image (tiny, or the
 smaller `ci` profile where one exists) and runs an adversarial `replay` attempt."""
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ HELD_OUT = {
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],
     "optimize_llm_foundry": ["hidden_data.jsonl", "reference_model.json"],
     "high_norm_tokens": ["model.pth", "heldout.bin", "build_report.json"],
+    "rust_codecontests_inference": ["test.jsonl", "final.jsonl"],
 }
-PROFILE = {"optimize_llm_foundry": "ci"}
+PROFILE = {"optimize_llm_foundry": "ci", "rust_codecontests_inference": "ci"}
 
 
 @pytest.mark.parametrize("name", sorted(HELD_OUT))

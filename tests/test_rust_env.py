@@ -140,24 +140,63 @@ def test_local_backend_preflight_names_the_apt_line_when_rustc_is_missing_from_t
 
 
 def _scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str,
-            call_token: str | None = "call-token") -> dict[str, Any]:
+            call_token: str | None = "call-token", final: bool = False, **params: Any) -> dict[str, Any]:
     """score.py's result for a solution folder holding `module`, on two hidden problems (the
     gateway.env names a port nothing listens on: these modules never call the model). The
-    harness hands each score call its own token (`call_token`); None: it did not."""
+    harness hands each score call its own token (`call_token`); None: it did not. `final`: the
+    held-out split's file is written too, its one problem named `final-p`; `params` are laid
+    over the `ci` profile's."""
     protected, home, solution = (tmp_path / name for name in ("protected", "home", "solution"))
     for folder in (protected, home, solution):
-        folder.mkdir()
+        folder.mkdir(parents=True)
     problem = {"name": "p", "description": "print 3", "public_tests": {"input": [""], "output": ["3"]},
                "private_tests": {"input": ["x"], "output": ["3"]}, "generated_tests": {"input": [], "output": []},
                "solution": "fn main() { println!(\"3\"); }"}
     (protected / "test.jsonl").write_text("\n".join([json.dumps(problem)] * 2) + "\n")
+    if final:
+        (protected / "final.jsonl").write_text(json.dumps({**problem, "name": "final-p"}) + "\n")
     (protected / "gateway.env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=scorer\n")
     (solution / "solve_code_contests_rust.py").write_text(module)
-    params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
-    ctx = {**params, "home": str(home), "solution": str(solution), "protected": str(protected),
+    profile_params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
+    ctx = {**profile_params, **params, "home": str(home), "solution": str(solution), "protected": str(protected),
            "confine_command": score_helper.confine_command(str(protected)),
            **({"call_token": call_token} if call_token is not None else {})}
     return load("rust_score_under_test", ENV_DIR / "scoring" / "score.py").score(ctx)
+
+
+def test_the_scorer_reads_the_hidden_file_its_split_param_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profile's split ("intermediate": test.jsonl) for score calls, "final" (final.jsonl) for
+    the held-out final; a final split that is missing or a split of another name is an invalid
+    score, never the validation split the scorer falls back to when run by hand."""
+    module = "async def generate_solution(client, semaphore, problem):\n    raise ValueError(problem['name'])\n"
+
+    def names(result: dict[str, Any]) -> set[str]:
+        return set(result["details"]["generation_errors"])
+
+    assert names(_scored(tmp_path / "a", monkeypatch, module, final=True)) == {"ValueError: p"}
+    assert names(_scored(tmp_path / "b", monkeypatch, module, final=True, split="final")) == {"ValueError: final-p"}
+    missing = _scored(tmp_path / "c", monkeypatch, module, split="final")
+    assert missing["raw"] is None and "final.jsonl is missing or not readable" in missing["message"]["error"]
+    unknown = _scored(tmp_path / "d", monkeypatch, module, final=True, split="heldout")
+    assert unknown["raw"] is None and "unknown split 'heldout'" in unknown["message"]["error"]
+
+
+def test_the_final_split_continues_the_hidden_draw_and_leaves_the_hidden_split_as_it_was() -> None:
+    """tiny's and ci's held-out final split: n_final problems of the hidden operations, none of
+    them a task of the hidden split, which is exactly what it was before the final split existed
+    (the intermediate anchors were measured on it)."""
+    build = load("rust_build_under_test", ENV_DIR / "build.py")
+    generator = build.sibling("generator")
+    for profile in ("tiny", "ci"):
+        params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"][profile]["params"]
+        _, hidden, final = build.generated_problems(params)
+        assert hidden == generator.generate("test", params["n_test"], params["seed"] + 1)
+        assert len(final) == params["n_final"] > 0
+        assert not {generator.task_key(p) for p in final} & {generator.task_key(p) for p in hidden}
+        assert not {p["name"] for p in final} & {p["name"] for p in hidden}
+        hidden_ops = {(op.family, op.name) for op in generator.split_ops("test")}
+        assert {tuple(p["task"][:2]) for p in final} <= hidden_ops
 
 
 def test_the_module_gets_the_calls_token_never_the_scorers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

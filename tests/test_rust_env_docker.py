@@ -1,7 +1,8 @@
 """rust_codecontests_inference on the Docker backend: the `ci` image (rustc installed from the
 environment's system-packages.txt), one attempt of the reference agent through the gateway's
 root forwarder, and the scorer's children confined inside the container (the `subject` user,
-Landlock: /protected closed, no TCP). The one Docker scoring run of this environment in CI."""
+Landlock: /protected closed, no TCP), for the score calls and the held-out final alike. The one
+Docker scoring run of this environment in CI."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_reference_attempt_on_docker_scores_with_rustc_in_the_image_and_confined
         rows = connection.execute("select kind, raw, message, details from score_events order by id").fetchall()
         meters = {meter for (meter,) in connection.execute("select meter from gateway_requests where status = 200")}
     assert status == "done"
-    assert [kind for kind, *_ in rows][:2] == ["baseline", "intermediate"]
+    kinds = [kind for kind, *_ in rows]
+    assert kinds[:2] == ["baseline", "intermediate"] and kinds[-1] == "heldout"  # ci's final split, in the image too
     for _, raw, message, details in rows:
         message, details = json.loads(message), json.loads(details)
         assert raw is not None and message["n_problems"] == 10 and "error" not in message, message

@@ -12,7 +12,9 @@ DIR/workspace: data/valid.jsonl (public and hidden tests, no solutions), rust_ev
                scorer's harness), the starting solve_code_contests_rust.py (start_paper/ for
                paper, RE-Bench's; start_tiny/ for tiny and ci); evaluate.py comes from the
                environment's workspace/
-DIR/protected: test.jsonl, the hidden problems the scorer evaluates on (no solutions)
+DIR/protected: test.jsonl, the hidden problems every score call evaluates on (no solutions);
+               final.jsonl (tiny, ci: `n_final` more hidden problems, the held-out final split
+               scored once after the attempt, docs/heldout.md; paper has none)
 DIR/model:     the local model's weights and vocabulary (tiny, ci), served by the harness's
                gateway; never copied into the sandbox
 DIR/home:      profile_params.json (for `python score.py` run by hand)
@@ -81,12 +83,19 @@ def paper_problems(folder: Path, params: dict[str, Any], out: Path) -> tuple[Pro
     return splits["valid"], splits["test"]
 
 
-def generated_problems(params: dict[str, Any]) -> tuple[Problems, Problems]:
-    """tiny/ci: the validation and hidden splits (generator.py; their operations are disjoint)."""
+def generated_problems(params: dict[str, Any]) -> tuple[Problems, Problems, Problems]:
+    """tiny/ci: the validation split, the hidden split and the held-out final split (generator.py;
+    the validation and hidden operations are disjoint).
+
+    The final split is the same draw of hidden problems continued past `n_test`: the generator
+    draws a split's problems one after another and never repeats a task, so the first `n_test`
+    are the hidden split as before and the next `n_final` are other tasks of the same operations,
+    drawn by the same rule. (Operations without constants have only a few tasks each; those the
+    hidden split used up are not drawn again, so the final split has fewer of them.)"""
     generator = sibling("generator")
-    seed = int(params["seed"])
-    return (generator.generate("valid", int(params["n_valid"]), seed),
-            generator.generate("test", int(params["n_test"]), seed + 1))
+    seed, n_test = int(params["seed"]), int(params["n_test"])
+    hidden = generator.generate("test", n_test + int(params.get("n_final", 0)), seed + 1)
+    return generator.generate("valid", int(params["n_valid"]), seed), hidden[:n_test], hidden[n_test:]
 
 
 def main() -> None:
@@ -95,13 +104,16 @@ def main() -> None:
     home, workspace, protected = buildutil.layout(args.out)
     if args.profile == "paper":
         valid, test = paper_problems(buildutil.need_assets(args) / "code_contests", params, args.out)
+        final: Problems = []
     else:
-        valid, test = generated_problems(params)
+        valid, test, final = generated_problems(params)
         trainer = sibling("train_model")
         summary = trainer.train(args.out / "model", seed=0, **trainer.PRESETS[params["train_preset"]])
         (args.out / "model" / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     write_jsonl(workspace / "data" / "valid.jsonl", valid)
     write_jsonl(protected / "test.jsonl", test)
+    if final:
+        write_jsonl(protected / "final.jsonl", final)
     shutil.copy(HERE / "scoring" / "rust_eval.py", workspace / "rust_eval.py")
     start = "start_paper" if args.profile == "paper" else "start_tiny"
     shutil.copy(HERE / start / "solve_code_contests_rust.py", workspace / "solve_code_contests_rust.py")

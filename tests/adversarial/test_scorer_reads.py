@@ -4,10 +4,11 @@ GPT-2 QA's scorer decoded answers with `~/vocab.json`: root-owned and read-only,
 the agent owns, so the agent replaced it and changed its score. This test finds the same class of
 hole in every environment: it scores the starting solution of each environment's built image
 (tiny; `ci` where one exists) with the scoring helper's audit of every file the scoring program
-opens for reading (a Python audit hook), then asks, as the agent's uid in the same container, whether the
-agent could write any of those files or rename anything in a folder on their path. Files the
-scorer makes for itself (its results, its scratch folders) are left out; everything else must be
-closed to the agent.
+opens for reading (a Python audit hook), once more with the held-out final's params where the
+profile declares a `final_split` (docs/heldout.md: it reads another hidden file), then asks, as
+the agent's uid in the same container, whether the agent could write any of those files or rename
+anything in a folder on their path. Files the scorer makes for itself (its results, its scratch
+folders) are left out; everything else must be closed to the agent.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _not_in_question(path: str) -> bool:
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
     from rebench.calibration import scoring_sandbox
-    from rebench.environments.install import PARAMS_FILE, SCORING_DIR
+    from rebench.environments.install import FINAL_PARAMS_FILE, PARAMS_FILE, SCORING_DIR
     from rebench.environments.registry import EnvironmentRegistry
 
     base_image(docker_engine())
@@ -83,19 +84,24 @@ def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
     env = EnvironmentRegistry(REPO / "environments").get(name)
     spec_profile = env.profile(profile)
 
+    # a profile with a held-out final split is scored with its params too: it reads other files
+    params_files = [PARAMS_FILE] + ([FINAL_PARAMS_FILE] if spec_profile.final_split is not None else [])
+
     async def go() -> tuple[list[str], list[Any]]:
         async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
             paths = sandbox.paths
             await sandbox.exec(["mkdir", "-p", paths.in_protected("results")], user="root", timeout=30)
-            token = gateway.open_call_token() if gateway is not None else ""
-            scored = await sandbox.exec(
-                [paths.python, paths.helper, "--program", paths.in_protected(SCORING_DIR, "score.py"),
-                 "--params", paths.in_protected(PARAMS_FILE), "--out", "/protected/results/audit.json",
-                 "--timeout", str(spec_profile.score_timeout_s), "--nonce-stdin", "--audit-open", AUDIT],
-                user="scorer", cwd=paths.home, timeout=spec_profile.score_timeout_s + 60,
-                stdin=f"nonce\n{token}\n".encode())
-            assert scored.exit_code == 0, (scored.stdout[-2000:], scored.stderr[-2000:])
-            opened = (await sandbox.exec(["cat", AUDIT], user="root")).stdout.split("\n")
+            opened: list[str] = []
+            for params in params_files:
+                token = gateway.open_call_token() if gateway is not None else ""
+                scored = await sandbox.exec(
+                    [paths.python, paths.helper, "--program", paths.in_protected(SCORING_DIR, "score.py"),
+                     "--params", paths.in_protected(params), "--out", "/protected/results/audit.json",
+                     "--timeout", str(spec_profile.score_timeout_s), "--nonce-stdin", "--audit-open", AUDIT],
+                    user="scorer", cwd=paths.home, timeout=spec_profile.score_timeout_s + 60,
+                    stdin=f"nonce\n{token}\n".encode())
+                assert scored.exit_code == 0, (scored.stdout[-2000:], scored.stderr[-2000:])
+                opened += (await sandbox.exec(["cat", AUDIT], user="root")).stdout.split("\n")
             opened = sorted({p for p in opened if p and not _not_in_question(p)})
             probe = await sandbox.exec(["python3", "-c", PROBE], stdin=json.dumps(opened).encode(), cwd="/")
             assert probe.exit_code == 0, probe.stderr

@@ -18,6 +18,10 @@ own gateway token, when the hidden split is not readable).
 3. This process, which runs no agent code, compares outputs with the expected ones: a problem
    is solved when its program passes all of its tests.
 
+The `split` param names the hidden file: "intermediate" (the default: /protected/test.jsonl,
+what every score call uses) or "final" (/protected/final.jsonl, the held-out split the harness
+scores once after the attempt with params-final.json; tiny and ci only, docs/heldout.md).
+
 Raw score = n_successes / n_problems, higher is better. A module that cannot be imported or
 has no `generate_solution` makes the score invalid (None), and so does a failure of the
 compile-and-run child (rustc missing, the child killed): that is not the solution's score.
@@ -39,6 +43,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import rust_eval  # noqa: E402  (this folder's copy: the scorer never imports the agent's)
+
+SPLIT_FILES = {"intermediate": "test.jsonl", "final": "final.jsonl"}
+"""The hidden file in the protected folder for each value of the `split` param."""
 
 
 def load_problems(path: Path) -> list[dict[str, Any]]:
@@ -102,8 +109,13 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
 def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
     protected, home, solution = Path(ctx["protected"]), Path(ctx["home"]), Path(ctx["solution"])
     message: dict[str, Any] = {}
-    if os.access(protected / "test.jsonl", os.R_OK):
-        problems = load_problems(protected / "test.jsonl")
+    split = str(ctx.get("split", "intermediate"))
+    if split not in SPLIT_FILES:
+        return {"raw": None, "message": {"error": f"unknown split {split!r}: allowed are {', '.join(SPLIT_FILES)}"},
+                "details": {}}
+    hidden = protected / SPLIT_FILES[split]
+    if os.access(hidden, os.R_OK):
+        problems = load_problems(hidden)
         gateway = rust_eval.read_env_file(str(protected / "gateway.env"))
         # The agent's code gets this call's own token, never the scorer's (which stays in this
         # process): it is revoked when the call ends, and its requests are metered as `subject`.
@@ -111,6 +123,8 @@ def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
             return {"raw": None, "message": {"error": "no gateway token for this score call (the harness "
                                                       "passes one on the helper's stdin)"}, "details": {}}
         gateway = {**gateway, "OPENAI_API_KEY": str(ctx["call_token"])}
+    elif split != "intermediate":  # only the harness scores the final split, and it can read it
+        return {"raw": None, "message": {"error": f"{hidden} is missing or not readable"}, "details": {}}
     else:
         problems = load_problems(solution / "data" / "valid.jsonl")
         gateway = rust_eval.read_env_file(str(home / "api.env"))
@@ -137,7 +151,8 @@ def _score(ctx: dict[str, Any], started: float) -> dict[str, Any]:
                         "programs": sum(1 for program in programs if program), "compiled": compiled,
                         "compile_errors": compile_errors[:3],
                         "generation_errors": [error for error in generated.get("errors", []) if error][:10],
-                        "generation_s": round(generated_s, 1), "total_s": round(time.monotonic() - started, 1),
+                        "split": split, "generation_s": round(generated_s, 1),
+                        "total_s": round(time.monotonic() - started, 1),
                         "solution_confined": generated["confined"], "programs_confined": facts["confined"],
                         "programs_network": facts.get("network")}}
 
