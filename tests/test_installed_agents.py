@@ -186,7 +186,8 @@ def test_one_campaign_runs_claude_code_and_codex_on_an_openai_compatible_upstrea
         assert len({c for (c,) in connection.execute("select campaign_id from attempts")}) == 1
     report = run_cli("report", "--json", "--db", str(calibrated_kernel_db))
     assert report.returncode == 0, report.stderr
-    assert {row["agent"] for row in json.loads(report.stdout)} == {"claude-code", "codex"}, report.stdout
+    assert {row["agent"] for row in json.loads(report.stdout)} == {
+        "claude-code/openai-compatible/gpt-test-model", "codex/openai-compatible/gpt-test-model"}, report.stdout
 
 
 SLEEPER = """

@@ -27,7 +27,8 @@ XDIST_SPREAD = True  # one test per environment, independent: spread over the wo
 
 ENVIRONMENTS = ["activation_sparsity", "fix_embedding", "high_norm_tokens", "nanogpt_chat_rl", "optimize_llm_foundry",
                 "restricted_mlm", "rust_codecontests_inference", "small_scaling_law", "triton_cumsum"]
-PROFILE = {"optimize_llm_foundry": "ci"}
+PROFILE = {"optimize_llm_foundry": "ci", "nanogpt_chat_rl": "ci", "rust_codecontests_inference": "ci"}
+"""The smaller `ci` profile where one exists: the other tests build those, so the image is built once."""
 AUDIT = "/protected/results/opened.txt"
 
 # Run as the agent on each path the scorer opened: the path itself, then every folder above it.
