@@ -52,6 +52,7 @@ SLOW_FIRST = (
     "tests/test_kernel_campaign.py",
     "tests/test_modular_runner.py",
     "tests/test_model_envs_campaign.py",
+    "tests/test_rust_heldout.py",
     "tests/adversarial/test_mlm_rules.py",
 )
 
