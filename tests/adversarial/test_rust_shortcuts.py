@@ -80,7 +80,7 @@ def _score_on_hidden(tmp_path: Path, solution: Path, hidden: list[dict[str, Any]
 @pytest.mark.parametrize("mode", ["template", "search"])
 def test_a_scaffold_that_writes_the_rust_from_the_visible_templates_scores_no_better_than_the_start(
         tmp_path: Path, mode: str) -> None:
-    visible, hidden = build.generated_problems(PROFILE["params"])
+    visible, hidden, _ = build.generated_problems(PROFILE["params"])
     solution = _solution_folder(tmp_path / "solution", visible, mode)
     scaffold = _load_scaffold(solution)
     # It is a competent scaffold: every validation problem gets the generator's own program
