@@ -259,6 +259,7 @@ def _helpers_left(marker: str) -> list[int]:
 @pytest.mark.adversarial
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.alone  # compares two timings: another worker's load would slow one and not the other
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_hostile_helpers_gain_nothing_when_scored_locally(tmp_path: Path, attack: str) -> None:
     source = ATTACKS[attack]
