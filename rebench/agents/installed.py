@@ -18,13 +18,12 @@ from typing import Any
 
 from rebench.agents.base import AgentConfig, AgentContext
 from rebench.agents.declared import AgentDeclaration
+from rebench.agents.task_door import TaskDoor
 from rebench.errors import RebenchError
 from rebench.gateway.agent_meter import AGENT_GATEWAY_PORT, AgentGateway, agent_gateway_config
 from rebench.sandbox.base import SandboxSpec
-from rebench.sandbox.docker.tasks import TaskReply, TaskRequest
 
 INSTRUCTIONS_FILE = ".rebench/instructions.md"
-AGENT_COMMANDS = ("score", "score-log", "submit", "status", "note")
 """The `task` commands an installed agent may run (a human's start/pause/resume move the clock)."""
 TASK_NOTE = """
 ## Scoring and submitting
@@ -87,7 +86,7 @@ class InstalledAgent:
         sandbox: Any = ctx.sandbox  # type: ignore[attr-defined]  # AttemptContext's (the Docker sandbox)
         await self.gateway.start(ctx)
         try:
-            await sandbox.serve_task(_TaskDoor(ctx).handle)
+            await sandbox.serve_task(TaskDoor(ctx).handle)  # type: ignore[arg-type]  # an AttemptContext
             paths = ctx.paths
             values = {**self.args, "gateway_url": f"http://127.0.0.1:{AGENT_GATEWAY_PORT}",
                       "token": self.gateway.token, "model": self.gateway.gateway.model,
@@ -153,19 +152,3 @@ class InstalledAgent:
                 if target.exists():
                     copied.append(str(target))
         return copied
-
-
-class _TaskDoor:
-    """The `task` command for an installed agent: the human's scoring and submitting commands, with the
-    clock always running (no start, pause or resume)."""
-
-    def __init__(self, ctx: AgentContext) -> None:
-        from rebench.human.tasks import TaskCommands
-
-        self.commands = TaskCommands(ctx, set_state=lambda _state: None, open_pauses={})  # type: ignore[arg-type]
-
-    async def handle(self, request: TaskRequest) -> TaskReply:
-        if request.command not in AGENT_COMMANDS:
-            return TaskReply(exit_code=2, output=f"unknown task command {request.command!r}; allowed: "
-                             f"{', '.join(AGENT_COMMANDS)}\n")
-        return await self.commands.handle(request)
