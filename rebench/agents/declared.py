@@ -19,50 +19,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rebench.errors import RebenchError
+from rebench.images.agent_install import Install as Install  # the image layer's part
 
 DECLARATIONS_ENV = "REBENCH_AGENT_DECLARATIONS"
 BUILTIN_DIR = Path(__file__).with_name("declarations")
-_PINNED_NPM = re.compile(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*@\d+\.\d+\.\d+[A-Za-z0-9.+-]*$")
-_PINNED_PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\[\],-]*==[A-Za-z0-9.+!-]+$")
-_DEBIAN = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
-
-
-class Install(BaseModel):
-    """What goes into the agent's image layer, every package pinned so the layer is the same each build."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    apt: list[str] = Field(default_factory=list)
-    """Debian packages (e.g. nodejs, npm), from the base image's sources."""
-    npm: list[str] = Field(default_factory=list)
-    """`npm install -g` packages, each `NAME@X.Y.Z`."""
-    pip: list[str] = Field(default_factory=list)
-    """`pip install` packages into their own venv (/opt/agent-venv, on PATH), each `NAME==VERSION`."""
-
-    @field_validator("apt")
-    @classmethod
-    def _apt(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not _DEBIAN.match(name):
-                raise ValueError(f"{name!r} is not a Debian package name")
-        return value
-
-    @field_validator("npm")
-    @classmethod
-    def _npm(cls, value: list[str]) -> list[str]:
-        for spec in value:
-            if not _PINNED_NPM.match(spec):
-                raise ValueError(f"{spec!r} is not pinned: write NAME@X.Y.Z")
-        return value
-
-    @field_validator("pip")
-    @classmethod
-    def _pip(cls, value: list[str]) -> list[str]:
-        for spec in value:
-            if not _PINNED_PIP.match(spec):
-                raise ValueError(f"{spec!r} is not pinned: write NAME==VERSION")
-        return value
 
 
 class AgentDeclaration(BaseModel):

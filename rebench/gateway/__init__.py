@@ -10,7 +10,8 @@ from rebench.gateway.attempt import API_ENV, GATEWAY_ENV, GATEWAY_PORT, AttemptG
 from rebench.gateway.local import LocalCompletion, LocalModel, load_local_model, request_seed
 from rebench.gateway.meters import Credit, Meter
 from rebench.gateway.server import GatewayServer
-from rebench.gateway.upstreams import UpstreamError, make_upstream, upstream_price
+from rebench.gateway.upstream_choice import make_upstream
+from rebench.gateway.upstreams import UpstreamError, upstream_price
 from rebench.gateway.usage import MeterUsage, gateway_usage
 
 __all__ = [

@@ -16,10 +16,11 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from rebench.agents.base import AgentConfig, AgentContext, ModelUsage
+from rebench.clock import PauseInterval
 from rebench.environments.metadata import Gateway
 from rebench.errors import LimitExceeded
 from rebench.gateway.agent_retry import RetryingUpstream
@@ -27,8 +28,10 @@ from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
 from rebench.gateway.server import GatewayServer
 from rebench.gateway.transcript import Exchange, said
-from rebench.gateway.upstreams import make_upstream, upstream_price
+from rebench.gateway.upstream_choice import make_upstream
+from rebench.gateway.upstreams import upstream_price
 from rebench.models.names import parse_model, require_key
+from rebench.models.usage import ModelUsage
 
 SOCKET_NAME = "agent-gateway.sock"
 AGENT_GATEWAY_PORT = 4142
@@ -38,7 +41,26 @@ INSTALLED_AGENT_METER = "agent_model"
 """gateway_requests.meter of an installed agent's calls to its own model."""
 
 
-def agent_gateway_config(config: AgentConfig, max_tokens: int) -> Gateway:
+class ModelChoice(Protocol):
+    """The run's model settings (an agent's AgentConfig)."""
+
+    model: str | None
+    base_url: str | None
+    cost_limit_usd: float | None
+
+
+class MeteredAttempt(Protocol):
+    """What the gateway needs of the attempt: its clock, to pause while a provider's errors are retried,
+    and its records (an agent's AgentContext has both)."""
+
+    def pause(self, reason: str) -> AbstractContextManager[PauseInterval]: ...
+
+    def record_model_call(self, usage: ModelUsage, **event: Any) -> None: ...
+
+    def log_event(self, kind: str, **data: Any) -> None: ...
+
+
+def agent_gateway_config(config: ModelChoice, max_tokens: int) -> Gateway:
     """The Gateway an installed agent gets: the one model of the run, its credit the run's cost limit."""
     if not config.model:
         raise ValueError("an installed agent needs --model PROVIDER/NAME")
@@ -76,7 +98,7 @@ class AgentGateway:
         self.socket_dir = Path(tempfile.mkdtemp(prefix="rbag-"))
         self.socket_dir.chmod(0o700)
         self.server: GatewayServer | None = None
-        self.ctx: AgentContext | None = None
+        self.ctx: MeteredAttempt | None = None
         self.limit: LimitExceeded | None = None
         """Set when a call reached the token or cost limit: the agent must stop."""
         self.calls = 0
@@ -91,7 +113,7 @@ class AgentGateway:
         assert self.server is not None, "start() first"
         return self.server.meters["agent"].token
 
-    async def start(self, ctx: AgentContext) -> None:
+    async def start(self, ctx: MeteredAttempt) -> None:
         store = getattr(getattr(ctx, "recorder", None), "store", None)
         attempt_id = int(getattr(getattr(ctx, "recorder", None), "attempt_id", 0))
         upstream = RetryingUpstream(make_upstream(self.gateway, Path("."), None), ctx.pause,

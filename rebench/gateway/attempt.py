@@ -26,7 +26,8 @@ from rebench.environments.metadata import Gateway
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.gateway.server import GatewayServer
-from rebench.gateway.upstreams import make_upstream, upstream_price
+from rebench.gateway.upstream_choice import make_upstream
+from rebench.gateway.upstreams import upstream_price
 from rebench.models.names import parse_model, require_key
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.store.db import Store

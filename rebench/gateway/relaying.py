@@ -14,26 +14,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import httpx2
 from starlette.responses import StreamingResponse
 
+from rebench.environments.metadata import Gateway
 from rebench.gateway.formats import HttpError
 from rebench.gateway.meters import Meter
 from rebench.gateway.route import Route
 from rebench.gateway.streams import Relay, UpstreamStreamError
 from rebench.gateway.transcript import Exchange
-from rebench.gateway.upstreams import Reply, UpstreamStream
-
-if TYPE_CHECKING:
-    from rebench.gateway.server import GatewayServer
+from rebench.gateway.upstreams import Reply, Upstream, UpstreamStream
+from rebench.models.prices import ModelPrice
 
 OBSERVED_BYTES = 16 * 1024 * 1024
 """A stream's events kept for the observer (the flight recorder), at most."""
 CLIENT_GONE = 499
 """A stream's row status when its client left before the end (nginx's "client closed request")."""
+
+
+T = TypeVar("T")
+
+
+class RelayHost(Protocol):
+    """What the streams need of their gateway (rebench.gateway.server.GatewayServer, which owns them)."""
+
+    gateway: Gateway
+    upstream: Upstream
+    price: ModelPrice
+    observer: Callable[[Exchange], None] | None
+
+    async def open_call(self, meter: Meter, worst: float, call: Callable[[], Awaitable[T]], path: str,
+                        started: float, settle: Callable[[asyncio.Future[T]], Awaitable[Reply]]) -> T: ...
+
+    def finish(self, meter: Meter, reserved: float, cost: float) -> None: ...
+
+    def record(self, meter: Meter | None, model: str, endpoint: str, status: int, started: float, *,
+               tokens: tuple[int, int] = (0, 0), cost: float = 0.0, error: str | None = None) -> None: ...
 
 
 class _Flow:
@@ -64,7 +83,7 @@ async def _drained(task: asyncio.Future[UpstreamStream], fmt: str) -> Reply:
 class Relaying:
     """The streams of one gateway."""
 
-    def __init__(self, server: GatewayServer) -> None:
+    def __init__(self, server: RelayHost) -> None:
         self.server = server
         self.flows: dict[asyncio.Task[None], _Flow] = {}
         self.closing = False

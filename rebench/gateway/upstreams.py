@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -102,23 +101,6 @@ def temperature_of(body: dict[str, Any]) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 2:
         raise UpstreamError(400, f"temperature must be a number from 0 to 2, got {value!r}", "invalid_request_error")
     return float(value)
-
-
-def make_upstream(gateway: Gateway, env_root: Path, assets: Path | None) -> Upstream:
-    """The upstream a profile's [gateway] names (a local model is loaded here: slow, call in a thread)."""
-    from rebench.gateway.local import load_local_model
-    from rebench.gateway.upstream_http import AnthropicUpstream, OpenAIWireUpstream
-    from rebench.gateway.upstream_local import LocalUpstream
-
-    provider, _, name = gateway.upstream.partition("/")
-    if provider == "local":
-        if not gateway.local_model:
-            raise UpstreamError(500, f"gateway upstream {gateway.upstream!r} needs local_model")
-        return LocalUpstream(load_local_model(env_root, gateway.local_model, assets), gateway.model,
-                             gateway.max_tokens)
-    if provider == "anthropic":
-        return AnthropicUpstream(name, gateway.timeout_s, gateway.max_tokens, gateway.base_url)
-    return OpenAIWireUpstream(provider, name, gateway.base_url, gateway.timeout_s)
 
 
 def upstream_price(gateway: Gateway) -> ModelPrice:

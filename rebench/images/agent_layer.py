@@ -12,9 +12,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from rebench.agents.declared import AgentDeclaration
 from rebench.environments.build import build_lock
 from rebench.errors import RebenchError
+from rebench.images.agent_install import AgentImageRecipe
 from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND, digest, dockerfiles_dir
 from rebench.paths import cache_dir
 from rebench.sandbox.docker import DockerEngine
@@ -22,7 +22,7 @@ from rebench.sandbox.docker import DockerEngine
 AGENT_REPOSITORY = "rebench/agent-{name}"
 
 
-def agent_image_tag(engine: DockerEngine, environment_image: str, declaration: AgentDeclaration) -> str:
+def agent_image_tag(engine: DockerEngine, environment_image: str, declaration: AgentImageRecipe) -> str:
     dockerfile = _dockerfile().read_bytes()
     base_id = engine.image_id(environment_image)
     if base_id is None:
@@ -40,7 +40,7 @@ def _dockerfile() -> Path:
     return path
 
 
-def build_agent_image(engine: DockerEngine, environment_image: str, declaration: AgentDeclaration,
+def build_agent_image(engine: DockerEngine, environment_image: str, declaration: AgentImageRecipe,
                       log: object = None) -> str:
     """The agent's image on top of `environment_image`: cached by content, built when missing."""
     tag = agent_image_tag(engine, environment_image, declaration)
@@ -52,7 +52,7 @@ def build_agent_image(engine: DockerEngine, environment_image: str, declaration:
     return tag
 
 
-def _build(engine: DockerEngine, environment_image: str, declaration: AgentDeclaration, tag: str,
+def _build(engine: DockerEngine, environment_image: str, declaration: AgentImageRecipe, tag: str,
            log: object) -> None:
     install = declaration.install
     with tempfile.TemporaryDirectory(prefix="rebench-agent-", dir=cache_dir()) as scratch:
