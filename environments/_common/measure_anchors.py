@@ -34,8 +34,10 @@ def main() -> None:
     def log(line: str) -> None:
         print(f"{line} ({time.monotonic() - started:.1f}s)", flush=True)
 
-    start, reference = asyncio.run(measure_anchors(env, args.profile, backend="local", repeats=args.repeats, log=log))
-    print(f"start: {start}\nreference: {reference}")
+    samples = asyncio.run(measure_anchors(env, args.profile, backend="local", repeats=args.repeats, log=log))
+    print(f"start: {samples.start}\nreference: {samples.reference}")
+    if samples.heldout_start is not None:
+        print(f"held-out start: {samples.heldout_start}\nheld-out reference: {samples.heldout_reference}")
 
 
 if __name__ == "__main__":

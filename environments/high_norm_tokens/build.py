@@ -91,10 +91,23 @@ def plant_neurons(model: GPT, idx: torch.Tensor, layer: int, read: torch.Tensor,
 
 
 @torch.no_grad()
-def plant(model: GPT, idx: torch.Tensor, rng: np.random.Generator, recipe: dict) -> dict:
+def median_norms(model: GPT, idx: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per layer 0..n_layer: the median norm of the first token's hidden state, and the other tokens'."""
+    states = measure.hidden_states(model, idx)
+    return ([float(h[:, 0].norm(dim=-1).median()) for h in states],
+            [float(h[:, 1:].norm(dim=-1).median()) for h in states])
+
+
+@torch.no_grad()
+def plant(model: GPT, idx: torch.Tensor, rng: np.random.Generator, recipe: dict, threshold: float) -> dict:
     """The documented defect (README): position 0's embedding gets a trigger direction e; block
     L_e's MLP gains units that read e and write a large vector along d (the explosion); block L_d's
-    gains units that read d and write -d, cancelling it (the decay, a negative eigenvalue along d)."""
+    gains units that read d and write -d, cancelling it (the decay, a negative eigenvalue along d).
+
+    Sized so that the measurement (measure.py, threshold `threshold`) finds exactly L_e and L_d with
+    a factor `margin` to spare on the calibration windows `idx`: the first token's ratio at least
+    threshold x margin at every layer from L_e to L_d - 1, at most threshold / margin at every other
+    counted layer (1..n_layer); checked here, and the build stops if it is not so."""
     n_layer, dim = model.config.n_layer, model.config.n_embd
     middle = n_layer // 2
     explode = int(rng.choice([layer for layer in recipe["explode_layers"] if layer != middle]))
@@ -102,17 +115,44 @@ def plant(model: GPT, idx: torch.Tensor, rng: np.random.Generator, recipe: dict)
     trigger, direction = zero_mean_orthonormal(rng, dim, 2)
     if rng.random() < 0.5:
         direction = -direction
-    states = measure.hidden_states(model, idx)
-    typical = float(states[0][:, 1:].norm(dim=-1).median())
-    model.transformer.wpe.weight[0] += recipe["trigger_scale"] * typical * trigger
-    rest_norm = float(measure.hidden_states(model, idx)[explode][:, 1:].norm(dim=-1).median())
-    up = plant_neurons(model, idx, explode, trigger, direction, recipe["explosion_ratio"] * rest_norm,
-                       recipe["neurons"])
+    high, low = threshold * recipe["margin"], threshold / recipe["margin"]
+    span = range(explode, decay)
+    quiet = [layer for layer in range(1, n_layer + 1) if layer not in span]
+    first, rest = median_norms(model, idx)
+    # The trigger stays in the first token's residual stream at every layer, so it is kept below what
+    # would lift the first token's ratio above `low` outside the span: first^2 + size^2 <= (low * rest)^2
+    # at each quiet layer to start with, then smaller while the measured ratio is still above `low`
+    # (the blocks respond to the trigger too).
+    room = min((low * rest[layer]) ** 2 - first[layer] ** 2 for layer in quiet)
+    if room <= 0:
+        raise SystemExit(f"the trained model's first token already has a norm ratio above {low:.2f} at a layer "
+                         f"outside {explode}..{decay - 1}: natural ratios "
+                         f"{[round(f / r, 2) for f, r in zip(first, rest, strict=True)]}")
+    size = min(recipe["trigger_scale"] * rest[0], room ** 0.5)
+    embedding = model.transformer.wpe.weight[0].clone()
+    for _ in range(40):
+        model.transformer.wpe.weight[0] = embedding + size * trigger
+        first, rest = median_norms(model, idx)
+        if max(first[layer] / rest[layer] for layer in quiet) <= low:
+            break
+        size *= 0.95
+    # The other tokens' norms grow with depth (in a briefly trained model several fold from block 1
+    # to the last) while the first token's component along d stays what block L_e wrote, so that
+    # is sized on the largest of the other tokens' norms in the span, not on the explosion layer's.
+    amount = recipe["explosion_ratio"] * max(rest[layer] for layer in span)
+    up = plant_neurons(model, idx, explode, trigger, direction, amount, recipe["neurons"])
     _, before_decay = mlp_inputs(model, idx, decay)
     down = plant_neurons(model, idx, decay, direction, -direction, before_decay[:, 0] @ direction,
                          recipe["neurons"])
+    first, rest = median_norms(model, idx)
+    ratios = [f / r for f, r in zip(first, rest, strict=True)]
+    if min(ratios[layer] for layer in span) < high or max(ratios[layer] for layer in quiet) > low:
+        raise SystemExit(f"the planted defect misses its margin on the calibration text: layers {explode}..{decay - 1} "
+                         f"need a first-token norm ratio of at least {high:.2f} and layers {quiet} at most "
+                         f"{low:.2f}; ratios per layer 0..{n_layer}: {[round(r, 2) for r in ratios]}")
     return {"explode_layer": explode, "decay_layer": decay, "direction": direction.tolist(),
-            "trigger": trigger.tolist(), "explosion_units": up, "decay_units": down}
+            "trigger": trigger.tolist(), "trigger_norm": size, "explosion_norm": amount,
+            "calibration_ratios": ratios, "explosion_units": up, "decay_units": down}
 
 
 def train_tiny(params: dict, scratch: Path) -> GPT:
@@ -139,7 +179,7 @@ def build_tiny(params: dict, home: Path, protected: Path) -> dict:
         calibration = measure.windows(corpus.generate(spec, 100_000, stream_seed=23), recipe["windows"], block, 1)
     test = measure.windows(heldout, params["windows"], block, 0)
     natural = measure.measure(model, test, params["threshold"])
-    planted = plant(model, calibration, secret_rng(model), recipe)
+    planted = plant(model, calibration, secret_rng(model), recipe, params["threshold"])
     found = measure.measure(model, test, params["threshold"])
     if (found.explode_layer, found.decay_layer) != (planted["explode_layer"], planted["decay_layer"]):
         raise SystemExit(f"the planted defect did not show on held-out text: planted layers "

@@ -62,8 +62,10 @@ def predict(blocks, config):
         norms = x.norm(dim=-1)
         ratios.append(float(norms[:, 0].median() / norms[:, 1:].median()))
         states.append(x[:, 0])
-    explode = max(range(len(ratios)), key=lambda i: ratios[i])
-    decay = next((i for i in range(explode + 1, len(ratios)) if ratios[i] < ratios[explode] / 2), len(ratios) - 1)
+    # The scorer's rule as the instructions state it (THRESHOLD); nothing reaches it: the largest ratio.
+    largest = max(range(len(ratios)), key=lambda i: ratios[i])
+    explode = next((i for i, r in enumerate(ratios) if r >= THRESHOLD), largest)
+    decay = next((i for i in range(explode + 1, len(ratios)) if ratios[i] < THRESHOLD), len(ratios))
     first = states[explode]
     direction = (first / first.norm(dim=-1, keepdim=True)).mean(0)
     return {"explode_layer": explode + 1, "decay_layer": decay + 1, "direction": direction.tolist()}
@@ -107,7 +109,8 @@ def test_running_the_blocks_on_random_tokens_finds_nothing(built: Path, tmp_path
     reference = _reference_raw(built, tmp_path)
     attack = tmp_path / "random_tokens"
     attack.mkdir()
-    (attack / "predict.py").write_text(RANDOM_TOKENS)
+    threshold = small_build.quick_params()["threshold"]
+    (attack / "predict.py").write_text(RANDOM_TOKENS.replace("THRESHOLD", repr(threshold)))
     without = small_build.score(built, attack)
     full = torch.load(built / "protected" / "model.pth", weights_only=True)
     torch.save({k: v for k, v in full.items() if k.startswith(("transformer.wte.", "transformer.wpe."))},

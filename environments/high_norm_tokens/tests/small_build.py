@@ -1,5 +1,6 @@
 """A quick build of High-Norm Tokens for tests: the tiny profile's recipe with far fewer training
-steps and tokens (the planted defect does not depend on how long the model trained), made by the
+steps and tokens (the plant sizes the defect on the trained model, README "The planted defect",
+so it shows as planted however long the model trained), made by the
 environment's own build.py through `$REBENCH_BUILD_PARAMS`, and a scorer call as the harness
 makes it (the profile's params, the folders, and the helper's Landlock confinement)."""
 
