@@ -45,7 +45,11 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "working_s": "float64", "wall_s": "float64", "model_wait_s": "float64", "input_tokens": "int64",
     "output_tokens": "int64", "cached_tokens": "int64", "cost_usd": "float64", "created_at": UTC_TIME,
     "started_at": UTC_TIME, "ended_at": UTC_TIME, "snapshot_path": "string", "external_id": "string",
+    "calls_per_hour": "float64", "heldout_normalized": "float64", "best_intermediate": "float64",
+    "heldout_gap": "float64", "probing": "boolean", "heldout_anchors": "string",
 }
+_HELDOUT_COLUMNS = ("calls_per_hour", "heldout_normalized", "best_intermediate", "heldout_gap", "probing",
+                    "heldout_anchors")
 SCORE_EVENT_COLUMNS: dict[str, str] = {
     "score_event_id": "int64", "attempt_id": "int64", "kind": "string", "working_s": "float64",
     "raw": "float64", "valid": "bool", "duration_s": "float64", "created_at": UTC_TIME,
@@ -133,11 +137,51 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
     if source is not None:
         query = query.where(Attempt.source == source)
     with _reading(db) as store, store.session() as session:
+        rows = list(session.scalars(query))
+        heldout = _heldout_details(store, session, rows)
         records = [
-            {"attempt_id": a.id, **{c: getattr(a, c) for c in ATTEMPT_COLUMNS if c != "attempt_id"}}
-            for a in session.scalars(query)
+            {"attempt_id": a.id, **{c: getattr(a, c) for c in ATTEMPT_COLUMNS
+                                    if c != "attempt_id" and c not in _HELDOUT_COLUMNS}, **heldout.get(a.id, {})}
+            for a in rows
         ]
     return _frame(records, ATTEMPT_COLUMNS)
+
+
+def _heldout_details(store: Store, session: Any, rows: list[Any]) -> dict[int, dict[str, Any]]:
+    """Per own attempt, what `attempts show` prints of its held-out final (rebench.report.heldout):
+    score calls per working hour and, where its profile declares `final_split`, the held-out final
+    and best intermediate score (normalized), their gap and the probing flag."""
+    from sqlalchemy import select
+
+    from rebench.calibration import resolve_anchors
+    from rebench.report.heldout import heldout_fields
+    from rebench.report.known_environments import default_info
+    from rebench.store.models import ScoreEvent
+
+    own = [a for a in rows if a.source == "own"]
+    if not own:
+        return {}
+    events: dict[int, list[Any]] = {}
+    for event in session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id.in_([a.id for a in own]))
+                                 .order_by(ScoreEvent.id)):
+        events.setdefault(event.attempt_id, []).append(event)
+    info, specs = default_info(), {}
+    out = {}
+    for attempt in own:
+        key = (attempt.environment, attempt.profile)
+        if key not in specs:
+            env = info.folder(attempt.environment)
+            specs[key] = ((env.profile(attempt.profile), resolve_anchors(store, env, attempt.profile))
+                          if env is not None and attempt.profile in env.metadata.profiles else None)
+        fields = heldout_fields(attempt, events.get(attempt.id, []), specs[key])
+        final = fields.get("heldout_score")
+        out[attempt.id] = {
+            "calls_per_hour": fields.get("calls_per_hour"), "heldout_normalized": final,
+            "best_intermediate": fields.get("best_intermediate"),
+            "heldout_gap": None if final is None else fields["best_intermediate"] - final,
+            "probing": fields.get("probing") if final is not None else None,
+            "heldout_anchors": fields.get("heldout_anchors")}
+    return out
 
 
 def score_events(db: Store | Path | str | None = None) -> pd.DataFrame:

@@ -65,6 +65,13 @@ def test_an_agent_tuned_to_the_intermediate_split_shows_a_gap(fixture_envs: Path
     assert rows["replay"].heldout_mean == pytest.approx(0.2) and rows["reference"].heldout_mean == pytest.approx(1.0)
     shown = " ".join(run_cli("attempts", "show", "1", "--db", str(db_path), env=env).stdout.split())
     assert "held-out final 0.200 vs best intermediate 0.800: gap 0.600 (flagged: probing)" in shown
+    from rebench import analysis
+
+    frame = analysis.attempts(db_path).set_index("attempt_id")
+    assert list(frame["heldout_normalized"]) == pytest.approx([0.2, 0.2, 1.0])
+    assert list(frame["heldout_gap"]) == pytest.approx([0.6, 0.6, 0.0])
+    assert list(frame["probing"]) == [True, True, False] and (frame["calls_per_hour"] > 0).all()
+    assert set(frame["heldout_anchors"]) == {"declared"}
     text = " ".join(run_cli("report", "--budgets", "2m", "--at", "2m", "--n-bootstrap", "50", "--db", str(db_path),
                             env=env).stdout.split())
     assert "0.800 (held-out 0.200)" in text and "0.600 [0.600, 0.600] (2/2;" in text and "final on held-out" in text
