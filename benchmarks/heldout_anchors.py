@@ -15,7 +15,10 @@ solution fitted to neither split shows).
 
 `--shortcut NAME` also scores that shortcut of benchmarks/shortcut_solutions.py on both splits, in
 a sandbox of its own: a solution between the anchors, whose normalized gap between the splits is
-one draw of that difference. Builds what is not built; minutes per environment on 2 cores.
+one draw of that difference. `--file PATH` and `--command CMD` (both repeatable) do the same for a
+solution of one's own: the files copied into the starting solution, then the commands run there as
+the agent (`{home}` in a command is the sandbox's home folder). Builds what is not built; minutes
+per environment on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import argparse
 import asyncio
 import math
 import time
+from pathlib import Path
 
-from benchmarks.shortcut_solutions import SHORTCUTS
+from benchmarks.shortcut_solutions import SHORTCUTS, Shortcut
 from benchmarks.tiny_shortcuts import apply
 from rebench.api import build_environment
 from rebench.calibration import load_reference, scoring_sandbox
@@ -56,10 +60,12 @@ async def measure(env: Environment, profile: str) -> tuple[dict[str, ScoreResult
     return start, reference
 
 
-async def measure_shortcut(env: Environment, profile: str, name: str) -> dict[str, ScoreResult]:
+async def measure_shortcut(env: Environment, profile: str, shortcut: Shortcut) -> dict[str, ScoreResult]:
     timeout_s = env.profile(profile).score_timeout_s
     async with scoring_sandbox(env, profile, "local") as (sandbox, gateway):
-        await apply(sandbox, SHORTCUTS[env.name][name])
+        home = sandbox.paths.home
+        await apply(sandbox, Shortcut(files=shortcut.files, edits=shortcut.edits,
+                                      commands=tuple(command.replace("{home}", home) for command in shortcut.commands)))
         return await both_splits(sandbox, timeout_s, gateway)
 
 
@@ -91,6 +97,10 @@ def main() -> None:
     parser.add_argument("env")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--shortcut", action="append", default=[], help="a shortcut's name (repeatable)")
+    parser.add_argument("--file", action="append", default=[], type=Path,
+                        help="a file for a solution of one's own (repeatable)")
+    parser.add_argument("--command", action="append", default=[],
+                        help="a command making that solution, run as the agent in its folder (repeatable)")
     args = parser.parse_args()
     env = EnvironmentRegistry().get(args.env)
     if env.profile(args.profile).final_split is None:
@@ -118,9 +128,13 @@ def main() -> None:
     declared = env.profile(args.profile).anchors
     print(f"  declared intermediate anchors: start {declared.start!r}, reference {declared.reference!r}")
     print(f"  held-out anchors to declare: start = {anchors['final'][0]!r}, reference = {anchors['final'][1]!r}")
-    for name in args.shortcut:
+    shortcuts = {name: SHORTCUTS[env.name][name] for name in args.shortcut}
+    if args.file or args.command:
+        shortcuts["own solution"] = Shortcut(files={path.name: path.read_text() for path in args.file},
+                                             commands=tuple(args.command))
+    for name, shortcut in shortcuts.items():
         began = time.monotonic()
-        describe(name, asyncio.run(measure_shortcut(env, args.profile, name)), anchors)
+        describe(name, asyncio.run(measure_shortcut(env, args.profile, shortcut)), anchors)
         print(f"  ({time.monotonic() - began:.0f} s)", flush=True)
 
 
