@@ -37,10 +37,9 @@ def test_the_final_split_is_another_stream_and_the_intermediate_one_is_unchanged
 
 
 def test_the_scorer_reads_the_held_out_file_its_split_param_names(installed) -> None:
-    """The starting solution scores differently on the two files, each as its split's declared start
-    anchor (the scorer and the build are deterministic); a split of another name, or a final split
-    whose file is missing, is an invalid score, never the visible data the scorer falls back to
-    when run by hand."""
+    """The starting solution scores differently on the two files, each at its split's start anchor;
+    a split of another name, or a final split whose file is missing, is an invalid score, never the
+    visible data the scorer falls back to when run by hand."""
     mlm = installed("restricted_mlm")
     profile = mlm.env.profile("tiny")
     split = profile.final_split
@@ -49,9 +48,9 @@ def test_the_scorer_reads_the_held_out_file_its_split_param_names(installed) -> 
     assert intermediate["details"]["data"] == "heldout.bin" and intermediate["details"]["split"] == "intermediate"
     assert final["details"]["data"] == "final.bin" and final["details"]["split"] == "final"
     assert intermediate["raw"] is not None and final["raw"] is not None and intermediate["raw"] != final["raw"]
-    assert intermediate["raw"] == pytest.approx(profile.anchors.start, abs=1e-3)
-    assert final["raw"] == pytest.approx(split.anchors.start, abs=1e-3)
-    # the start sits at 0 on both splits, each normalized with its own anchors
+    # each at its split's start anchor, normalized with that split's anchors (a build's trained
+    # weights depend a little on the machine's floating-point kernels, so not to the last digit)
+    assert abs(normalize(intermediate["raw"], profile.anchors.start, profile.anchors.reference, clip=False)) < 0.01
     assert abs(normalize(final["raw"], split.anchors.start, split.anchors.reference, clip=False)) < 0.01
     assert 0 < final["details"]["raw_se"] < 0.1  # the sampling error the README's margin is made of
 
