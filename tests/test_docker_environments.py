@@ -21,8 +21,8 @@ XDIST_SPREAD = True  # one test per environment, independent: spread over the wo
 
 HELD_OUT = {
     "activation_sparsity": ["heldout.bin"],
-    "fix_embedding": ["val.bin"],
-    "restricted_mlm": ["heldout.bin"],
+    "fix_embedding": ["val.bin", "final.bin"],
+    "restricted_mlm": ["heldout.bin", "final.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],
     "optimize_llm_foundry": ["hidden_data.jsonl", "reference_model.json"],
     "high_norm_tokens": ["model.pth", "heldout.bin", "build_report.json"],

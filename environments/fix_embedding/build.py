@@ -3,7 +3,9 @@
 DIR/home:      large_model.pth (embedding rows permuted), small_correct_model.pth,
                model_configs.json, data/train.bin (+ meta.json, vocab.json),
                profile_params.json
-DIR/protected: val.bin, the held-out tokens the scorer evaluates on
+DIR/protected: val.bin, the held-out tokens every score call evaluates on; final.bin (tiny: the
+               held-out final split, scored once after the attempt, docs/heldout.md; paper has
+               none, see the README)
 
 tiny: a synthetic language (language.py) and two small GPTs trained here on its exact next-token
 distributions, deterministically; the embedding rows are permuted by a secret permutation (below).
@@ -116,6 +118,10 @@ def pretrain(config: dict, data: Path, targets: torch.Tensor, steps: int, batch_
     return {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
 
 
+FINAL_STREAM_SEED = 13
+"""tiny: the held-out final split's stream (the models' stream, train.bin and val.bin are 10-12)."""
+
+
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
     buildutil.seed_everything(0)
     language = language_module()
@@ -125,6 +131,11 @@ def build_tiny(params: dict, home: Path, protected: Path) -> None:
     train = language.generate(spec, params["train_tokens"], stream_seed=11)
     train.astype("<u2").tofile(data / "train.bin")
     language.generate(spec, params["heldout_tokens"], stream_seed=12).astype("<u2").tofile(protected / "val.bin")
+    # The held-out final split: one more stream of the language, as long as val.bin. Each stream has
+    # its own generator (seeded by the language and the stream), so val.bin is the bytes it was
+    # before this file existed, and the intermediate anchors still hold.
+    language.generate(spec, params["final_tokens"], stream_seed=FINAL_STREAM_SEED).astype("<u2").tofile(
+        protected / "final.bin")
     meta = {"vocab_size": spec.vocab_size, "train_tokens": len(train)}
     (data / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     targets = torch.from_numpy(language.transition_matrix(spec)).float()

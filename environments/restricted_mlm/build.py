@@ -4,7 +4,9 @@ paper: OpenWebText from the operator's `openwebtext` asset in IN (`python -m reb
 
 DIR/home:      data/train.bin, data/val.bin (+ meta.json, vocab.json), profile_params.json
 DIR/workspace: basic_model.pt / basic_model.json, the trained starting MLP
-DIR/protected: heldout.bin, the tokens the scorer evaluates on (never shown to the agent)
+DIR/protected: heldout.bin, the tokens every score call evaluates on (never shown to the agent);
+               final.bin (tiny: the held-out final split, scored once after the attempt,
+               docs/heldout.md; paper has none, see the README)
 """
 
 from __future__ import annotations
@@ -32,12 +34,21 @@ def build_paper(assets: Path, home: Path, protected: Path) -> None:
     (data / "val_visible.bin").replace(data / "val.bin")
 
 
+FINAL_STREAM_SEED = 24
+"""tiny: the held-out final split's stream (train.bin, val.bin and heldout.bin are streams 21-23)."""
+
+
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
     spec = corpus.InteractionSourceSpec()  # not the kit's default source: see the README, "Shortcuts on `tiny`"
     data = home / "data"
     corpus.write_bin(data / "train.bin", corpus.generate(spec, params["train_tokens"], stream_seed=21))
     corpus.write_bin(data / "val.bin", corpus.generate(spec, params["val_tokens"], stream_seed=22))
     corpus.write_bin(protected / "heldout.bin", corpus.generate(spec, params["heldout_tokens"], stream_seed=23))
+    # The held-out final split: one more stream of the same source, as long as heldout.bin. Each
+    # stream has its own generator (seeded by the source and the stream), so the files above are
+    # the bytes they were before this one existed, and the intermediate anchors still hold.
+    corpus.write_bin(protected / "final.bin", corpus.generate(spec, params["final_tokens"],
+                                                              stream_seed=FINAL_STREAM_SEED))
     corpus.write_meta(data / "meta.json", spec)
     corpus.WordTokenizer.for_spec(spec).save(data / "vocab.json")
 

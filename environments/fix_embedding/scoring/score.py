@@ -11,6 +11,12 @@ architecture check: a missing, extra or differently shaped tensor makes the scor
 invalid (None). Checkpoints are loaded with `weights_only=True` (tensors, never code).
 Until `fixed_model.pth` exists, the corrupted `large_model.pth` is scored, so the
 starting score is the corrupted model's.
+
+The `split` param names the held-out file: "intermediate" (the default: /protected/val.bin, what
+every score call uses) or "final" (/protected/final.bin, the held-out final split the harness scores
+once after the attempt with params-final.json; tiny only, docs/heldout.md). An unknown split, or a
+final split that is missing or not readable, makes the score invalid. The details give the
+validation loss's standard error over its batches and the raw score's (`loss_se`, `raw_se`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from rebench.kit.gpt import GPT, GPTConfig
 from rebench.kit.torch_scoring import prepare
 
 SUBMISSION = "fixed_model.pth"
+SPLIT_FILES = {"intermediate": "val.bin", "final": "final.bin"}
+"""The held-out file in the protected folder for each value of the `split` param."""
 
 
 def _batches(path: Path, iters: int, batch_size: int, block_size: int, seed: int):
@@ -43,14 +51,29 @@ def _batches(path: Path, iters: int, batch_size: int, block_size: int, seed: int
 
 
 @torch.no_grad()
-def mean_loss(model: torch.nn.Module, path: Path, iters: int, batch_size: int, block_size: int,
-              device: str, seed: int) -> float:
-    total = 0.0
+def batch_losses(model: torch.nn.Module, path: Path, iters: int, batch_size: int, block_size: int,
+                 device: str, seed: int) -> list[float]:
+    """The mean loss of each batch (all batches hold as many tokens)."""
+    losses = []
     for x, y in _batches(path, iters, batch_size, block_size, seed):
         logits, _ = model(x.to(device))
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.to(device).reshape(-1))
-        total += float(loss)
-    return total / iters
+        losses.append(float(loss))
+    return losses
+
+
+def mean_loss(model: torch.nn.Module, path: Path, iters: int, batch_size: int, block_size: int,
+              device: str, seed: int) -> float:
+    return sum(batch_losses(model, path, iters, batch_size, block_size, device, seed)) / iters
+
+
+def standard_error(values: list[float]) -> float | None:
+    """The standard error of the mean of `values` (None under two)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
 def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.nn.Module:
@@ -86,6 +109,14 @@ def load_submission(path: Path, home: Path, config: dict, device: str) -> torch.
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     home, solution, protected, device = prepare(ctx)
+    split = str(ctx.get("split", "intermediate"))
+    if split not in SPLIT_FILES:
+        return {"raw": None, "message": {"error": f"unknown split {split!r}: allowed are {', '.join(SPLIT_FILES)}"},
+                "details": {}}
+    val_path = protected / SPLIT_FILES[split]
+    if split != "intermediate" and not os.access(val_path, os.R_OK):
+        # only the harness scores the final split, and it can read it
+        return {"raw": None, "message": {"error": f"{val_path} is missing or not readable"}, "details": {}}
     config = dict(ctx["large_config"])
     block = int(config["block_size"])
     submission = solution / SUBMISSION
@@ -106,13 +137,13 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         loss_train = mean_loss(model, home / "data" / "train.bin", int(ctx["train_eval_iters"]),
                                int(ctx["eval_batch_size"]), block, device, seed=1)
         message["loss_train"] = round(loss_train, 4)
-        val_path = protected / "val.bin"
         if not os.access(val_path, os.R_OK):
             message["loss_validation"] = None
             message["note_validation"] = "held-out data not readable here; use the score tool for the real score"
             return {"raw": None, "message": message, "details": {}}
-        loss_val = mean_loss(model, val_path, int(ctx["eval_iters"]), int(ctx["eval_batch_size"]), block,
-                             device, seed=0)
+        losses = batch_losses(model, val_path, int(ctx["eval_iters"]), int(ctx["eval_batch_size"]), block,
+                              device, seed=0)
+        loss_val = sum(losses) / len(losses)
     except torch.cuda.OutOfMemoryError:
         return {"raw": None, "message": {**message, "out_of_memory": True}, "details": {}}
     message["loss_validation"] = round(loss_val, 4)
@@ -120,8 +151,12 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     if not math.isfinite(loss_val):
         return {"raw": None, "message": {**message, "error": "validation loss is not finite"}, "details": {}}
     raw = math.log(max(loss_val - offset, 1e-6))
+    loss_se = standard_error(losses)
+    # to first order, ln(loss - offset) moves by d(loss) / (loss - offset)
+    raw_se = None if loss_se is None else loss_se / max(loss_val - offset, 1e-6)
     return {"raw": raw, "message": message, "details": {"loss_validation": loss_val, "loss_offset": offset,
-                                                         "file": str(scored)}}
+                                                         "file": str(scored), "data": val_path.name, "split": split,
+                                                         "loss_se": loss_se, "raw_se": raw_se}}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ with probability `mask_prob` (replaced by `mask_id`). The loss is the mean cross
 at the masked positions. Raw score = ln(loss - loss_offset), lower is better. A model that
 cannot be exported, a forbidden operation in the graph or while it runs, a wrong output
 shape or a non-finite loss makes the score invalid (None).
+
+The `split` param names the held-out file: "intermediate" (the default: /protected/heldout.bin,
+what every score call uses) or "final" (/protected/final.bin, the held-out final split the harness
+scores once after the attempt with params-final.json; tiny only, docs/heldout.md). An unknown
+split, or a final split that is missing or not readable, makes the score invalid. The details
+give the loss's standard error over the batches and the raw score's (`loss_se`, `raw_se`).
 """
 
 from __future__ import annotations
@@ -229,11 +235,33 @@ def batches(path: Path, n: int, batch_size: int, seq_len: int, mask_prob: float,
         yield inputs, tokens, mask
 
 
+SPLIT_FILES = {"intermediate": "heldout.bin", "final": "final.bin"}
+"""The held-out file in the protected folder for each value of the `split` param."""
+
+
+def ratio_se(sums: list[float], counts: list[int]) -> float | None:
+    """Standard error of sum(sums) / sum(counts) over the batches (the ratio estimator's, to first
+    order): how far the loss could move on another draw of as many batches. None under two batches."""
+    n = len(sums)
+    if n < 2 or sum(counts) == 0:
+        return None
+    ratio = sum(sums) / sum(counts)
+    mean_count = sum(counts) / n
+    spread = sum((s - ratio * c) ** 2 for s, c in zip(sums, counts, strict=True)) / (n - 1)
+    return math.sqrt(spread / n) / mean_count
+
+
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     home, solution, protected, device = prepare(ctx)
-    data_path = protected / "heldout.bin"
+    split = str(ctx.get("split", "intermediate"))
+    if split not in SPLIT_FILES:
+        return {"raw": None, "message": {"error": f"unknown split {split!r}: allowed are {', '.join(SPLIT_FILES)}"},
+                "details": {}}
+    data_path = protected / SPLIT_FILES[split]
     message: dict[str, Any] = {}
     if not os.access(data_path, os.R_OK):
+        if split != "intermediate":  # only the harness scores the final split, and it can read it
+            return {"raw": None, "message": {"error": f"{data_path} is missing or not readable"}, "details": {}}
         data_path = home / "data" / "val.bin"
         message["note"] = "held-out data not readable here: scored on data/val.bin (use the score tool)"
     vocab, seq_len, batch_size = int(ctx["vocab_size"]), int(ctx["seq_len"]), int(ctx["eval_batch_size"])
@@ -248,6 +276,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         return {"raw": None, "message": {**message, "error": error},
                 "details": {"ops_seen": sorted(graph.ops), "forbidden": sorted(set(graph.forbidden))}}
     total, count = 0.0, 0
+    batch_sums: list[float] = []
+    batch_counts: list[int] = []
     seen: set[str] = set()
     for inputs, targets, mask in batches(data_path, int(ctx["eval_batches"]), batch_size,
                                          seq_len, float(ctx["mask_prob"]), int(ctx["mask_id"]), seed=0):
@@ -273,16 +303,21 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         loss = torch.nn.functional.cross_entropy(rows, torch.from_numpy(targets[mask]), reduction="sum")
         total += float(loss)
         count += int(mask.sum())
+        batch_sums.append(float(loss))
+        batch_counts.append(int(mask.sum()))
     loss_value = total / max(count, 1)
     message["loss"] = round(loss_value, 4)
     if not math.isfinite(loss_value):
         return {"raw": None, "message": {**message, "error": "loss is not finite"}, "details": {}}
     offset = float(ctx["loss_offset"])
     raw = math.log(max(loss_value - offset, 1e-6))
+    loss_se = ratio_se(batch_sums, batch_counts)
+    # to first order, ln(loss - offset) moves by d(loss) / (loss - offset)
+    raw_se = None if loss_se is None else loss_se / max(loss_value - offset, 1e-6)
     return {"raw": raw, "message": message,
             "details": {"loss": loss_value, "masked_tokens": count, "loss_offset": offset, "ops_seen": sorted(seen),
-                        "data": data_path.name, "model_confined": confined,
-                        "graph_nodes": len(graph.nodes)}}
+                        "data": data_path.name, "split": split, "loss_se": loss_se, "raw_se": raw_se,
+                        "model_confined": confined, "graph_nodes": len(graph.nodes)}}
 
 
 if __name__ == "__main__":
