@@ -53,6 +53,7 @@ SLOW_FIRST = (
     "tests/test_modular_runner.py",
     "tests/test_model_envs_campaign.py",
     "tests/test_rust_heldout.py",
+    "tests/test_chat_heldout.py",
     "tests/adversarial/test_mlm_rules.py",
 )
 

@@ -193,6 +193,52 @@ def test_the_scorer_says_when_the_judge_refuses(tmp_path: Path, served_judge: tu
     assert result["raw"] is None and result["message"]["error"].startswith("the judge failed: HTTP 401"), result
 
 
+def test_the_scorer_reads_the_held_out_files_its_split_param_names(tmp_path: Path) -> None:
+    """The profile's split ("intermediate": prompts.jsonl and reference_outputs/) for score calls,
+    "final" (final_prompts.jsonl and final_reference_outputs/) for the held-out final; a final split
+    that is missing, or a split of another name, is an invalid score (never the "not readable here"
+    note a scorer run by hand gets). Every baseline answers as the checkpoint samples: half a win
+    per prompt, no judge call (the gateway URL leads nowhere)."""
+    ctx = scoring_folders(tmp_path, "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": RIGHT})
+    protected, home = Path(ctx["protected"]), Path(ctx["home"])
+    model, generation = score_module.load_checkpoint(home / "student_model.pt", PARAMS["student_config"])
+    tokenizer = chat.load_tokenizer(home)
+    same = chat.sample(model, tokenizer, PROMPTS, seed=0, **generation)
+    ctx = scoring_folders(tmp_path / "again", "http://127.0.0.1:9/v1", "x", PROMPTS, {"a": same})
+    protected = Path(ctx["protected"])
+    missing = score_module.score({**ctx, "split": "final"})
+    assert missing["raw"] is None and "final_prompts.jsonl is missing or not readable" in missing["message"]["error"]
+    final = ["list three fruit items .", "pick the tool : saw or cat ."]
+    (protected / "final_prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in final))
+    (protected / "final_reference_outputs").mkdir()
+    (protected / "final_reference_outputs" / "a.jsonl").write_text("".join(
+        json.dumps({"prompt": p, "output": o}) + "\n"
+        for p, o in zip(final, chat.sample(model, tokenizer, final, seed=0, **generation), strict=True)))
+    scored = score_module.score({**ctx, "split": "final"})
+    assert scored["raw"] == 0.5 and scored["message"]["n_prompts"] == 2, scored
+    assert scored["details"]["split"] == "final" and scored["details"]["judge_calls"] == 0, scored
+    for params in ({}, {"split": "intermediate"}):  # the default is the intermediate split
+        intermediate = score_module.score({**ctx, **params})
+        assert intermediate["raw"] == 0.5 and intermediate["message"]["n_prompts"] == len(PROMPTS), intermediate
+        assert intermediate["details"]["split"] == "intermediate", intermediate
+    unknown = score_module.score({**ctx, "split": "test"})
+    assert unknown["raw"] is None, unknown
+    assert unknown["message"]["error"] == "unknown split 'test': allowed are intermediate, final"
+
+
+@pytest.mark.parametrize("profile", ["tiny", "ci"])
+def test_the_final_split_continues_the_held_out_draw_without_changing_the_held_out_prompts(profile: str) -> None:
+    """build.py's held-out prompts are the ones drawn before the final split existed (the anchors
+    measured on them stand); the final prompts are `n_final` others, none of them held out."""
+    build = load("chat_build_under_test", ENV_DIR / "build.py")
+    params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"][profile]["params"]
+    seed = int(params["build_seed"])
+    test, final = build.held_out_prompts(params, seed)
+    assert test == [p.text for p in language.prompts(int(params["n_test"]), seed + 1, unique=True)]
+    assert len(final) == len(set(final)) == params["n_final"] and not set(final) & set(test)
+    assert build.held_out_prompts({**params, "n_final": 0}, seed) == (test, [])
+
+
 class Pickled:
     """Not a tensor: torch.load(weights_only=True) must refuse it."""
 

@@ -66,9 +66,9 @@ def test_degenerate_policies_score_no_better_than_the_starting_student() -> None
 
 
 def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(tmp_path: Path) -> None:
-    """One reference attempt: the baseline score (the untuned student) and the reference's; the
-    reference's tournament asked the judge on the agent's meter, scoring on the scorer's, and
-    `attempts show` prints the two apart."""
+    """One reference attempt: the baseline score (the untuned student), the reference's and its
+    held-out final (ci's final split, 48 other prompts); the reference's tournament asked the judge
+    on the agent's meter, scoring on the scorer's, and `attempts show` prints the two apart."""
     db = tmp_path / "r.db"
     result = run_cli("run", "--env", ENV, "--agent", "reference", "--profile", "ci", "--budget", "5m",
                      "--backend", "local", "--db", str(db), timeout=900)
@@ -77,11 +77,11 @@ def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(tmp_pat
         rows = connection.execute("select kind, raw, message from score_events order by id").fetchall()
         meters = dict(connection.execute("select meter, count(*) from gateway_requests where status = 200 "
                                          "group by meter").fetchall())
-    (start_kind, start, _), (kind, reference, message) = rows
-    assert (start_kind, kind) == ("baseline", "intermediate")
-    assert json.loads(message)["n_prompts"] == 48
-    assert reference > start + 0.2, (start, reference)
-    assert meters["agent"] > 500 and 0 < meters["scorer"] <= 2 * 2 * 48, meters
+    (start_kind, start, _), (kind, reference, message), (final_kind, final, final_message) = rows
+    assert (start_kind, kind, final_kind) == ("baseline", "intermediate", "heldout")
+    assert json.loads(message)["n_prompts"] == json.loads(final_message)["n_prompts"] == 48
+    assert reference > start + 0.2 and final is not None, (start, reference, final)
+    assert meters["agent"] > 500 and 0 < meters["scorer"] <= 3 * 2 * 48, meters
     shown = run_cli("attempts", "show", "1", "--db", str(db))
     assert shown.returncode == 0, shown.stderr
     lines = {line.split(":")[0]: line for line in shown.stdout.splitlines() if line.startswith("gateway (")}
@@ -105,6 +105,7 @@ def test_the_given_rl_finetune_script_runs_and_its_checkpoint_scores(tmp_path: P
         agent_calls = connection.execute("select count(*) from gateway_requests where meter = 'agent' "
                                          "and status = 200").fetchone()[0]
     assert "saved" in json.loads(bash)["stdout"] and json.loads(bash)["exit_code"] == 0, bash
-    assert [kind for kind, _, _ in rows] == ["baseline", "intermediate"]
-    assert rows[1][1] is not None and "note" not in json.loads(rows[1][2]), rows  # finetuned_model was scored
+    assert [kind for kind, _, _ in rows] == ["baseline", "intermediate", "heldout"]
+    for _, raw, message in rows[1:]:  # finetuned_model was scored, on both splits
+        assert raw is not None and "note" not in json.loads(message), rows
     assert 0 < agent_calls <= 3 * 8

@@ -12,7 +12,11 @@ DIR/home:      student_model.pt (the starting checkpoint), vocab.json (tiny, ci)
 DIR/workspace: data/prompts.jsonl (training prompts, no answers), chat.py and evaluation.py
                (the scorer's sampling and judge client; model.py and rl_finetune.py come from
                the environment's workspace/)
-DIR/protected: prompts.jsonl (held-out), reference_outputs/NAME.jsonl (each baseline's answers)
+DIR/protected: prompts.jsonl (held-out: what every score call uses), reference_outputs/NAME.jsonl
+               (each baseline's answers to them); tiny, ci: final_prompts.jsonl and
+               final_reference_outputs/NAME.jsonl, the held-out final split (`n_final` more prompts,
+               the held-out draw continued) scored once after the attempt (docs/heldout.md; paper
+               has none)
 DIR/judge:     world.json, what the gateway's judge (judge.py) knows; never in the sandbox
 DIR/model:     training.json (the build's losses and the baselines' rubric means)
 """
@@ -33,6 +37,8 @@ from rebench.kit import buildutil
 from rebench.kit.gpt import GPT, GPTConfig
 
 HERE = Path(__file__).resolve().parent
+FINAL_PROMPTS, FINAL_OUTPUTS = "final_prompts.jsonl", "final_reference_outputs"
+"""The held-out final split's files in the protected folder (the scorer's `split` = "final")."""
 chat = buildutil.load_file("nanogpt_chat_rl_chat", HERE / "scoring" / "chat.py")
 language = buildutil.load_file("nanogpt_chat_rl_language", HERE / "language.py")
 judge_module = buildutil.load_file("nanogpt_chat_rl_judge", HERE / "judge.py")
@@ -86,6 +92,23 @@ def mean_rubric(judge: Any, prompts: list[str], answers: list[str]) -> float:
     return sum(judge.rubric(p, a) for p, a in zip(prompts, answers, strict=True)) / len(prompts)
 
 
+def held_out_prompts(params: dict[str, Any], seed: int) -> tuple[list[str], list[str]]:
+    """tiny/ci: the held-out prompts every score call uses (`n_test`) and the held-out final
+    split's (`n_final`, none without it).
+
+    The final prompts are the same draw of held-out prompts continued: `language.prompts` draws
+    them one after another and skips a text it already drew, so the first `n_test` are the
+    held-out prompts as before (byte for byte: the anchors measured on them stand) and the next
+    `n_final` are other prompts drawn by the same rule. Unlike the first ones, they were not kept
+    out of the training prompts and the corpus (drawn, as before, excluding the first `n_test`
+    only: excluding more would change the student, the baselines and every anchor). Kinds with
+    few texts (18 naming prompts) are mostly used up by the first `n_test`, so the final split
+    has fewer of them (README)."""
+    n_test = int(params["n_test"])
+    drawn = [p.text for p in language.prompts(n_test + int(params.get("n_final", 0)), seed + 1, unique=True)]
+    return drawn[:n_test], drawn[n_test:]
+
+
 def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, protected: Path) -> None:
     seed = int(params["build_seed"])
     buildutil.seed_everything(seed)
@@ -98,7 +121,7 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     (home / "vocab.json").write_text(json.dumps(vocab) + "\n", encoding="utf-8")
     tokenizer = chat.WordTokenizer(vocab)
 
-    test = [p.text for p in language.prompts(int(params["n_test"]), seed + 1, unique=True)]
+    test, final = held_out_prompts(params, seed)
     held_out = set(test)
     train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
     write_jsonl(protected / "prompts.jsonl", [{"prompt": p} for p in test])
@@ -128,15 +151,28 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     second_loss = sft(improved, tokenizer, list(zip(chosen, winners, strict=True)), steps=int(second["steps"]),
                       batch_size=int(pretrain["batch_size"]), lr=float(second["lr"]), seed=seed + 1)
     second_answers = chat.sample(improved, tokenizer, test, **sampling)
-    outputs = protected / "reference_outputs"
     names = list(params["baselines"])
+    baselines = dict(zip(names, (student, improved), strict=True))
     for name, answers in zip(names, (start_answers, second_answers), strict=True):
-        write_jsonl(outputs / f"{name}.jsonl", [{"prompt": p, "output": a} for p, a in zip(test, answers, strict=True)])
-    summary = {"pretrain_loss": pretrain_loss, "second_baseline_loss": second_loss, "vocab_size": len(vocab),
-               "rubric_mean": {names[0]: mean_rubric(judge, test, start_answers),
-                               names[1]: mean_rubric(judge, test, second_answers),
-                               "best_of_n_winners": mean_rubric(judge, chosen, winners)},
-               "seconds": round(time.monotonic() - started, 1)}
+        write_jsonl(protected / "reference_outputs" / f"{name}.jsonl",
+                    [{"prompt": p, "output": a} for p, a in zip(test, answers, strict=True)])
+    summary: dict[str, Any] = {
+        "pretrain_loss": pretrain_loss, "second_baseline_loss": second_loss, "vocab_size": len(vocab),
+        "rubric_mean": {names[0]: mean_rubric(judge, test, start_answers),
+                        names[1]: mean_rubric(judge, test, second_answers),
+                        "best_of_n_winners": mean_rubric(judge, chosen, winners)}}
+    if final:
+        # Last, from the finished baselines: nothing above (the intermediate split's prompts, the
+        # corpus, the student, the baselines and their answers) depends on it. The baselines answer
+        # the final prompts as the scorer samples them: a call of their own, seed 0.
+        write_jsonl(protected / FINAL_PROMPTS, [{"prompt": p} for p in final])
+        summary["final_rubric_mean"] = {}
+        for name, model in baselines.items():
+            answers = chat.sample(model, tokenizer, final, **sampling)
+            write_jsonl(protected / FINAL_OUTPUTS / f"{name}.jsonl",
+                        [{"prompt": p, "output": a} for p, a in zip(final, answers, strict=True)])
+            summary["final_rubric_mean"][name] = mean_rubric(judge, final, answers)
+    summary["seconds"] = round(time.monotonic() - started, 1)
     (out / "model").mkdir(parents=True, exist_ok=True)
     (out / "model" / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 

@@ -21,6 +21,12 @@ that the checkpoint loads).
    equal to the baseline's counts half a win without asking; an answer of the judge that the
    ranking parser cannot read counts as a loss, as in METR's evaluation (details: `unreadable`).
 
+The `split` param names the held-out files: "intermediate" (the default: /protected/prompts.jsonl
+and reference_outputs/, what every score call uses) or "final" (/protected/final_prompts.jsonl and
+final_reference_outputs/, the held-out final split the harness scores once after the attempt with
+params-final.json; tiny and ci only, docs/heldout.md). A split of another name, or a final split
+that is missing, makes the score invalid.
+
 Raw score = mean over the two baselines of the win fraction; higher is better. Past
 `max_eval_time_s` (600 s) of generating and judging the score is invalid, as in RE-Bench.
 """
@@ -48,6 +54,10 @@ import chat  # noqa: E402  (this folder's copies: the scorer never imports the a
 import evaluation  # noqa: E402
 
 SUBMISSION = "finetuned_model"
+SPLIT_FILES = {"intermediate": ("prompts.jsonl", "reference_outputs"),
+               "final": ("final_prompts.jsonl", "final_reference_outputs")}
+"""The held-out prompts and the folder of the baselines' answers to them, in the protected folder,
+for each value of the `split` param."""
 
 
 class InvalidCheckpoint(ValueError):
@@ -124,6 +134,11 @@ def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], ju
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
+    split = str(ctx.get("split", "intermediate"))
+    if split not in SPLIT_FILES:
+        return {"raw": None, "message": {"error": f"unknown split {split!r}: allowed are {', '.join(SPLIT_FILES)}"},
+                "details": {}}
+    prompts_file, outputs_folder = SPLIT_FILES[split]
     home, solution, protected, device = prepare(ctx)
     submission = solution / SUBMISSION
     scored = submission if submission.exists() else home / "student_model.pt"
@@ -134,10 +149,13 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         model, generation = load_checkpoint(scored, dict(ctx["student_config"]))
     except InvalidCheckpoint as exc:
         return {"raw": None, "message": {**message, "error": f"invalid submission: {exc}"}, "details": {}}
-    if not os.access(protected / "prompts.jsonl", os.R_OK):
+    if not os.access(protected / prompts_file, os.R_OK):
+        if split != "intermediate":  # only the harness scores the final split, and it can read it
+            return {"raw": None, "message": {**message, "error": f"{protected / prompts_file} is missing or not "
+                                             "readable"}, "details": {}}
         message["note"] = "checkpoint loads; the held-out prompts are not readable here (use the score tool)"
         return {"raw": None, "message": message, "details": {"generation": generation}}
-    rows = read_jsonl(protected / "prompts.jsonl")
+    rows = read_jsonl(protected / prompts_file)
     prompts = [str(row["prompt"]) for row in rows]
     limit_s = float(ctx.get("max_eval_time_s", 600))
     tokenizer = chat.load_tokenizer(home)
@@ -161,7 +179,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     calls = unreadable = 0
     try:
         for name in ctx["baselines"]:
-            stored = read_jsonl(protected / "reference_outputs" / f"{name}.jsonl")
+            stored = read_jsonl(protected / outputs_folder / f"{name}.jsonl")
             if [row["prompt"] for row in stored] != prompts:
                 return {"raw": None, "message": {**message, "error": f"baseline {name}'s outputs do not match the "
                                                  "held-out prompts (a broken build)"}, "details": {}}
@@ -182,7 +200,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     message["n_prompts"] = len(prompts)
     lengths = [len(a.split()) for a in answers]
     return {"raw": raw, "message": message,
-            "details": {"generation": generation, "judge_calls": calls, "unreadable": unreadable,
+            "details": {"split": split, "generation": generation, "judge_calls": calls, "unreadable": unreadable,
                         "mean_answer_words": sum(lengths) / len(lengths),
                         "examples": [{"prompt": p, "answer": a} for p, a in zip(prompts[:5], answers[:5], strict=True)],
                         "generation_s": round(generated_s, 1), "total_s": round(total_s, 1), "file": str(scored)}}
