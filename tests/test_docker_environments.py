@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 XDIST_SPREAD = True  # one test per environment, independent: spread over the workers (tests/conftest.py)
 
 HELD_OUT = {
-    "activation_sparsity": ["heldout.bin"],
+    "activation_sparsity": ["heldout.bin", "final.bin"],
     "fix_embedding": ["val.bin", "final.bin"],
     "restricted_mlm": ["heldout.bin", "final.bin"],
     "small_scaling_law": ["sweep_tiny.json", "sweep_paper.json"],

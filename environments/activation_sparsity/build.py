@@ -3,7 +3,9 @@
 DIR/home:      model.pth (the dense GPT), model_config.json, data/calibration.bin (the agent's
                calibration text), model.py (the GPT class, a copy of the kit's gpt.py),
                profile_params.json
-DIR/protected: heldout.bin, the text the scorer measures perplexity and sparsity on
+DIR/protected: heldout.bin, the text every score call measures perplexity and sparsity on;
+               final.bin (tiny: the held-out final split, scored once after the attempt,
+               docs/heldout.md)
 
 tiny: a GPT trained here on the environment kit's synthetic corpus (deterministic, one thread),
 long enough that its layers' inputs are strongly anisotropic (see the README's measurements).
@@ -49,6 +51,10 @@ def train_model(params: dict, stream: Path) -> GPT:
     return model.eval()
 
 
+FINAL_STREAM_SEED = 23
+"""tiny: the held-out final split's stream (the training stream, calibration.bin and heldout.bin are 20-22)."""
+
+
 def build_tiny(params: dict, home: Path, protected: Path) -> None:
     buildutil.seed_everything(0)
     spec = corpus.SourceSpec(**params.get("source", {}))
@@ -56,6 +62,11 @@ def build_tiny(params: dict, home: Path, protected: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
     corpus.write_bin(data / "calibration.bin", corpus.generate(spec, params["calibration_tokens"], stream_seed=21))
     corpus.write_bin(protected / "heldout.bin", corpus.generate(spec, params["heldout_tokens"], stream_seed=22))
+    # The held-out final split: one more stream of the source, as long as heldout.bin. Each stream has
+    # its own generator (seeded by the source and the stream), so heldout.bin is the bytes it was
+    # before this file existed, and the intermediate anchors still hold.
+    corpus.write_bin(protected / "final.bin", corpus.generate(spec, params["final_tokens"],
+                                                              stream_seed=FINAL_STREAM_SEED))
     with tempfile.TemporaryDirectory() as scratch:  # the training stream is the build's own
         stream = Path(scratch) / "train.bin"
         corpus.write_bin(stream, corpus.generate(spec, params["build_training"]["tokens"], stream_seed=20))

@@ -12,6 +12,12 @@ layer itself: a layer whose measured sparsity is below `target_sparsity - sparsi
 makes the score invalid (None), so quality cannot be bought with less sparsity.
 
 Raw score = ln(ppl_sparse - ppl_dense), lower is better (the difference is floored at MIN_GAP).
+
+The `split` param names the held-out text: "intermediate" (the default: /protected/heldout.bin,
+what every score call uses) or "final" (/protected/final.bin, the held-out final split the harness
+scores once after the attempt with params-final.json; tiny only, docs/heldout.md). An unknown
+split, or a final split that is missing or not readable, makes the score invalid. The details give
+the raw score's standard error over the held-out sequences (`raw_se`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 MIN_GAP = 1e-4
 """The smallest perplexity gap scored (a plan cannot be better than free)."""
 MAX_PLAN_BYTES = 256 << 20
+SPLIT_FILES = {"intermediate": "heldout.bin", "final": "final.bin"}
+"""The held-out text in the protected folder for each value of the `split` param."""
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32}
 
 
@@ -90,14 +98,30 @@ def decode_plan(reply: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
 
 
 @torch.no_grad()
-def perplexity(model: torch.nn.Module, tokens: torch.Tensor, batch_size: int = 32) -> float:
+def evaluate(model: torch.nn.Module, tokens: torch.Tensor, batch_size: int = 32) -> tuple[float, list[float]]:
+    """The model's perplexity on `tokens` (sequences x positions) and each sequence's mean loss."""
     total = 0.0
+    per_sequence: list[float] = []
     for start in range(0, len(tokens), batch_size):
         batch = tokens[start:start + batch_size]
         logits, _ = model(batch[:, :-1].contiguous())
-        total += float(torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1), reduction="sum"))
-    return math.exp(total / (len(tokens) * (tokens.shape[1] - 1)))
+        flat, targets = logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1)
+        total += float(torch.nn.functional.cross_entropy(flat, targets, reduction="sum"))
+        losses = torch.nn.functional.cross_entropy(flat, targets, reduction="none")
+        per_sequence += losses.reshape(len(batch), -1).mean(1).tolist()
+    return math.exp(total / (len(tokens) * (tokens.shape[1] - 1))), per_sequence
+
+
+def gap_se(ppl_sparse: float, ppl_dense: float, sparse: list[float], dense: list[float]) -> float | None:
+    """The standard error of ppl_sparse - ppl_dense over the sequences, to first order: each
+    perplexity is exp(the mean of the sequences' losses), and the two models read the same
+    sequences, so the difference is taken sequence by sequence. None under two sequences."""
+    n = len(sparse)
+    if n < 2:
+        return None
+    terms = [ppl_sparse * a - ppl_dense * b for a, b in zip(sparse, dense, strict=True)]
+    mean = sum(terms) / n
+    return math.sqrt(sum((t - mean) ** 2 for t in terms) / (n - 1) / n)
 
 
 def load_model(home: Path, config: dict) -> GPT:
@@ -118,8 +142,15 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     block, n_layer = int(config["block_size"]), int(config["n_layer"])
     target, tolerance = float(ctx["target_sparsity"]), float(ctx["sparsity_tolerance"])
     message: dict[str, Any] = {"target_sparsity": target}
-    data_path = protected / "heldout.bin"
+    split = str(ctx.get("split", "intermediate"))
+    if split not in SPLIT_FILES:
+        return {"raw": None, "message": {**message, "error": f"unknown split {split!r}: allowed are "
+                                                              f"{', '.join(SPLIT_FILES)}"}, "details": {}}
+    data_path = protected / SPLIT_FILES[split]
     if not os.access(data_path, os.R_OK):
+        if split != "intermediate":  # only the harness scores the final split, and it can read it
+            return {"raw": None, "message": {**message, "error": f"{data_path} is missing or not readable"},
+                    "details": {}}
         data_path = home / "data" / "calibration.bin"
         message["note"] = "held-out text not readable here: measured on data/calibration.bin (use the score tool)"
     sparse = sparse_module()
@@ -131,15 +162,15 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     except (ChildFailed, ChildTimeout, ValueError, TypeError) as exc:
         return {"raw": None, "message": {**message, "error": str(exc)[:600]}, "details": {}}
     tokens = read_tokens(data_path, int(ctx["eval_sequences"]), block)
-    ppl_dense = perplexity(model, tokens)
-    ppl_sparse = perplexity(sparse_model, tokens)
+    ppl_dense, dense_losses = evaluate(model, tokens)
+    ppl_sparse, sparse_losses = evaluate(sparse_model, tokens)
     sparsity = {site: layer.zeros / max(layer.count, 1) for site, layer in layers.items()}
     lowest = min(sparsity, key=lambda site: sparsity[site])
     message.update(ppl_dense=round(ppl_dense, 4), ppl_sparse=round(ppl_sparse, 4),
                    mean_sparsity=round(sum(sparsity.values()) / len(sparsity), 4),
                    lowest_sparsity={lowest: round(sparsity[lowest], 4)})
     details = {"ppl_dense": ppl_dense, "ppl_sparse": ppl_sparse, "sparsity": sparsity, "data": data_path.name,
-               "plan_confined": confined}
+               "split": split, "plan_confined": confined}
     if sparsity[lowest] < target - tolerance:
         message["error"] = (f"sparsity of {lowest} is {sparsity[lowest]:.4f}, below the target {target} "
                             f"(tolerance {tolerance})")
@@ -147,6 +178,9 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     if not math.isfinite(ppl_sparse):
         return {"raw": None, "message": {**message, "error": "sparse perplexity is not finite"}, "details": details}
     raw = math.log(max(ppl_sparse - ppl_dense, MIN_GAP))
+    se = gap_se(ppl_sparse, ppl_dense, sparse_losses, dense_losses)
+    # to first order, ln(gap) moves by d(gap) / gap
+    details["raw_se"] = None if se is None else se / max(ppl_sparse - ppl_dense, MIN_GAP)
     return {"raw": raw, "message": message, "details": details}
 
 
