@@ -2,7 +2,8 @@
 ICML 2025 papers): one `rebench run` over them with the reference agent, once per backend, each
 named explicitly (`--backend local`, and a Docker-marked twin with `--backend docker`), so that
 neither silently runs on the other. The reference lands at 0.8-1.25 normalized and the starting
-solution, scored before the agent starts, near 0."""
+solution, scored before the agent starts, near 0; where a profile has a held-out final split, the
+reference's held-out final sits within the split's margin of its intermediate score."""
 
 from __future__ import annotations
 
@@ -50,6 +51,25 @@ def _reference_campaign(tmp_path: Path, environments: list[str], backend: str) -
         assert -0.1 <= baseline <= 0.1, (environment, baseline_raw, baseline)
         assert normalized is not None, environment
         assert 0.8 <= normalized <= 1.25, (environment, normalized)
+    _reference_heldout_finals(db, registry)
+
+
+def _reference_heldout_finals(db: Path, registry: EnvironmentRegistry) -> None:
+    """Where the profile declares a held-out final split (docs/heldout.md), the reference's final
+    solution was scored on it after the attempt, and there it scores as it did on the split its score
+    calls used, each normalized with its own split's anchors: within the split's probing margin."""
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "select a.environment, a.final_normalized, s.raw from attempts a left join score_events s"
+            " on s.attempt_id = a.id and s.kind = 'heldout' order by a.environment").fetchall()
+    for environment, normalized, heldout_raw in rows:
+        split = registry.get(environment).profile("tiny").final_split
+        if split is None:
+            assert heldout_raw is None, environment
+            continue
+        assert heldout_raw is not None, (environment, "no held-out final score")
+        heldout = normalize(heldout_raw, split.anchors.start, split.anchors.reference, clip=False)
+        assert abs(normalized - heldout) <= split.margin, (environment, normalized, heldout_raw, heldout)
 
 
 @pytest.mark.alone  # the references train within the attempt's wall-clock budget
