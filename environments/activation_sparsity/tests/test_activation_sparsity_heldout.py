@@ -4,23 +4,11 @@ the text its `split` param names, through the harness's helper in a real local s
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import pytest
 
-from rebench.environments.install import FINAL_PARAMS_FILE, PARAMS_FILE
 from rebench.kit import corpus
-from rebench.scoring.normalize import normalize
-from rebench.scoring.run import run_scoring
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
-
-
-def _scored(env, params: str) -> dict:
-    """One score call of the solution in place with the protected params file `params`."""
-    timeout = env.env.profile(env.profile).score_timeout_s
-    return asyncio.run(run_scoring(env.sandbox, timeout, params=params)).model_dump()
 
 
 def test_the_final_split_is_another_stream_and_the_intermediate_one_is_unchanged(installed) -> None:
@@ -42,25 +30,6 @@ def test_the_scorer_reads_the_held_out_text_its_split_param_names(installed) -> 
     calibration text the scorer falls back to when run by hand."""
     env = installed("activation_sparsity")
     profile = env.env.profile("tiny")
-    split = profile.final_split
-    assert split is not None and split.params == {"split": "final"}
-    intermediate, final = _scored(env, PARAMS_FILE), _scored(env, FINAL_PARAMS_FILE)
-    assert intermediate["details"]["data"] == "heldout.bin" and intermediate["details"]["split"] == "intermediate"
-    assert final["details"]["data"] == "final.bin" and final["details"]["split"] == "final"
-    assert intermediate["raw"] is not None and final["raw"] is not None and intermediate["raw"] != final["raw"]
-    # each at its split's start anchor, normalized with that split's anchors (a build's trained
-    # weights depend a little on the machine's floating-point kernels, so not to the last digit)
-    assert abs(normalize(intermediate["raw"], profile.anchors.start, profile.anchors.reference, clip=False)) < 0.01
-    assert abs(normalize(final["raw"], split.anchors.start, split.anchors.reference, clip=False)) < 0.01
-    assert 0 < final["details"]["raw_se"] < 0.2  # the sampling error the README's margin is made of
+    final = env.check_final_split("heldout.bin", "calibration", max_se=0.2)
     # top-k: the same sparsity on any text
     assert min(final["details"]["sparsity"].values()) >= profile.params["target_sparsity"] - 0.005
-
-    params = json.loads((env.protected / PARAMS_FILE).read_text())
-    (env.protected / "params-other.json").write_text(json.dumps({**params, "split": "calibration"}))
-    other = _scored(env, "params-other.json")
-    assert other["raw"] is None and "unknown split 'calibration'" in other["message"]["error"], other
-
-    (env.protected / "final.bin").unlink()
-    missing = _scored(env, FINAL_PARAMS_FILE)
-    assert missing["raw"] is None and "final.bin is missing or not readable" in missing["message"]["error"], missing

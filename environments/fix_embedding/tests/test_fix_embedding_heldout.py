@@ -4,26 +4,15 @@ its `split` param names, through the harness's helper in a real local sandbox.""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
-from rebench.environments.install import FINAL_PARAMS_FILE, PARAMS_FILE
 from rebench.kit.buildutil import load_file
-from rebench.scoring.normalize import normalize
-from rebench.scoring.run import run_scoring
 
 ENV = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
-
-
-def _scored(fix, params: str) -> dict:
-    """One score call of the solution in place with the protected params file `params`."""
-    timeout = fix.env.profile(fix.profile).score_timeout_s
-    return asyncio.run(run_scoring(fix.sandbox, timeout, params=params)).model_dump()
 
 
 def test_the_final_split_is_another_stream_and_the_intermediate_one_is_unchanged(installed) -> None:
@@ -45,24 +34,4 @@ def test_the_scorer_reads_the_held_out_file_its_split_param_names(installed) -> 
     split's start anchor; a split of another name, or a final split whose file is missing, is an
     invalid score."""
     fix = installed("fix_embedding")
-    profile = fix.env.profile("tiny")
-    split = profile.final_split
-    assert split is not None and split.params == {"split": "final"}
-    intermediate, final = _scored(fix, PARAMS_FILE), _scored(fix, FINAL_PARAMS_FILE)
-    assert intermediate["details"]["data"] == "val.bin" and intermediate["details"]["split"] == "intermediate"
-    assert final["details"]["data"] == "final.bin" and final["details"]["split"] == "final"
-    assert intermediate["raw"] is not None and final["raw"] is not None and intermediate["raw"] != final["raw"]
-    # each at its split's start anchor, normalized with that split's anchors (a build's trained
-    # weights depend a little on the machine's floating-point kernels, so not to the last digit)
-    assert abs(normalize(intermediate["raw"], profile.anchors.start, profile.anchors.reference, clip=False)) < 0.01
-    assert abs(normalize(final["raw"], split.anchors.start, split.anchors.reference, clip=False)) < 0.01
-    assert 0 < final["details"]["raw_se"] < 0.1  # the sampling error the README's margin is made of
-
-    params = json.loads((fix.protected / PARAMS_FILE).read_text())
-    (fix.protected / "params-other.json").write_text(json.dumps({**params, "split": "train"}))
-    other = _scored(fix, "params-other.json")
-    assert other["raw"] is None and "unknown split 'train'" in other["message"]["error"], other
-
-    (fix.protected / "final.bin").unlink()
-    missing = _scored(fix, FINAL_PARAMS_FILE)
-    assert missing["raw"] is None and "final.bin is missing or not readable" in missing["message"]["error"], missing
+    fix.check_final_split("val.bin", "train", max_se=0.1)
