@@ -153,9 +153,7 @@ def _heldout_details(store: Store, session: Any, rows: list[Any]) -> dict[int, d
     and best intermediate score (normalized), their gap and the probing flag."""
     from sqlalchemy import select
 
-    from rebench.calibration import resolve_anchors
-    from rebench.report.heldout import heldout_fields
-    from rebench.report.known_environments import default_info
+    from rebench.report.heldout import attempt_detail
     from rebench.store.models import ScoreEvent
 
     own = [a for a in rows if a.source == "own"]
@@ -165,20 +163,14 @@ def _heldout_details(store: Store, session: Any, rows: list[Any]) -> dict[int, d
     for event in session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id.in_([a.id for a in own]))
                                  .order_by(ScoreEvent.id)):
         events.setdefault(event.attempt_id, []).append(event)
-    info, specs = default_info(), {}
+    specs: dict[tuple[str, str], Any] = {}
     out = {}
     for attempt in own:
-        key = (attempt.environment, attempt.profile)
-        if key not in specs:
-            env = info.folder(attempt.environment)
-            specs[key] = ((env.profile(attempt.profile), resolve_anchors(store, env, attempt.profile))
-                          if env is not None and attempt.profile in env.metadata.profiles else None)
-        fields = heldout_fields(attempt, events.get(attempt.id, []), specs[key])
+        fields = attempt_detail(store, attempt, events.get(attempt.id, []), specs)
         final = fields.get("heldout_score")
         out[attempt.id] = {
             "calls_per_hour": fields.get("calls_per_hour"), "heldout_normalized": final,
-            "best_intermediate": fields.get("best_intermediate"),
-            "heldout_gap": None if final is None else fields["best_intermediate"] - final,
+            "best_intermediate": fields.get("best_intermediate"), "heldout_gap": fields.get("gap"),
             "probing": fields.get("probing") if final is not None else None,
             "heldout_anchors": fields.get("heldout_anchors")}
     return out

@@ -105,17 +105,21 @@ def notes(runs: Sequence[HeldoutRun]) -> list[str]:
     return [GAP_NOTE] if any(r.heldout_score is not None for r in runs) else []
 
 
-def attempt_detail(store: Store, attempt: Attempt, events: Sequence[ScoreEvent]) -> dict[str, Any]:
-    """`attempts show`: score calls per working hour, and where there is a held-out final, it beside
-    the best intermediate score with the gap and the probing flag (normalized)."""
+def attempt_detail(store: Store, attempt: Attempt, events: Sequence[ScoreEvent],
+                   specs: dict[tuple[str, str], Any] | None = None) -> dict[str, Any]:
+    """`attempts show` (and the analysis frame): score calls per working hour, and where there is a
+    held-out final, it beside the best intermediate score with the gap and the probing flag
+    (normalized). `specs` caches each (environment, profile)'s profile and anchors across calls."""
     from rebench.calibration import resolve_anchors
     from rebench.report.known_environments import default_info
 
-    env = default_info().folder(attempt.environment)
-    spec = None
-    if env is not None and attempt.profile in env.metadata.profiles:
-        spec = (env.profile(attempt.profile), resolve_anchors(store, env, attempt.profile))
-    fields = heldout_fields(attempt, events, spec)
+    specs = {} if specs is None else specs
+    key = (attempt.environment, attempt.profile)
+    if key not in specs:
+        env = default_info().folder(attempt.environment)
+        specs[key] = ((env.profile(attempt.profile), resolve_anchors(store, env, attempt.profile))
+                      if env is not None and attempt.profile in env.metadata.profiles else None)
+    fields = heldout_fields(attempt, events, specs[key])
     if fields.get("heldout_score") is not None:
         fields["gap"] = fields["best_intermediate"] - fields["heldout_score"]
     return fields
