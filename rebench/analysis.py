@@ -46,10 +46,11 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "output_tokens": "int64", "cached_tokens": "int64", "cost_usd": "float64", "created_at": UTC_TIME,
     "started_at": UTC_TIME, "ended_at": UTC_TIME, "snapshot_path": "string", "external_id": "string",
     "calls_per_hour": "float64", "heldout_normalized": "float64", "best_intermediate": "float64",
-    "heldout_gap": "float64", "probing": "boolean", "heldout_anchors": "string",
+    "heldout_gap": "float64", "probing": "boolean", "heldout_anchors": "string", "heldout_solution": "string",
+    "heldout_fallback": "string",
 }
 _HELDOUT_COLUMNS = ("calls_per_hour", "heldout_normalized", "best_intermediate", "heldout_gap", "probing",
-                    "heldout_anchors")
+                    "heldout_anchors", "heldout_solution", "heldout_fallback")
 SCORE_EVENT_COLUMNS: dict[str, str] = {
     "score_event_id": "int64", "attempt_id": "int64", "kind": "string", "working_s": "float64",
     "raw": "float64", "valid": "bool", "duration_s": "float64", "created_at": UTC_TIME,
@@ -150,7 +151,8 @@ def attempts(db: Store | Path | str | None = None, *, source: str | None = None)
 def _heldout_details(store: Store, session: Any, rows: list[Any]) -> dict[int, dict[str, Any]]:
     """Per own attempt, what `attempts show` prints of its held-out final (rebench.report.heldout):
     score calls per working hour and, where its profile declares `final_split`, the held-out final
-    and best intermediate score (normalized), their gap and the probing flag."""
+    and best intermediate score (normalized), their gap, the probing flag, and which solution it scored
+    (`best_call` or `final`, with the reason where `best` fell back to the final one)."""
     from sqlalchemy import select
 
     from rebench.report.heldout import attempt_detail
@@ -172,7 +174,8 @@ def _heldout_details(store: Store, session: Any, rows: list[Any]) -> dict[int, d
             "calls_per_hour": fields.get("calls_per_hour"), "heldout_normalized": final,
             "best_intermediate": fields.get("best_intermediate"), "heldout_gap": fields.get("gap"),
             "probing": fields.get("probing") if final is not None else None,
-            "heldout_anchors": fields.get("heldout_anchors")}
+            "heldout_anchors": fields.get("heldout_anchors"), "heldout_solution": fields.get("heldout_solution"),
+            "heldout_fallback": fields.get("heldout_fallback")}
     return out
 
 

@@ -222,7 +222,8 @@ class AttemptContext:
         self.score_snapshots = score_snapshots
         self.score_tokens = score_tokens
         """The model gateway, which mints each score call's own token for the code the scorer runs."""
-        """Where the solution is snapshotted at each score call (final_score = "rescore_best"); None: not."""
+        """Where the solution is snapshotted at each score call (rescore_best, or best with a held-out split:
+        rebench.scoring.heldout.snapshots_at_calls); None: not."""
         self.submitted = asyncio.Event()
         self.answer: str | None = None
         self.limit_reason: str | None = None

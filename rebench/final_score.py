@@ -1,7 +1,8 @@
 """How an attempt's final score is taken once the agent has ended: the best solutions re-scored where
-the profile's rule asks (rebench.scoring.rescore), then the final row: the score by the run's rule or the
-re-scored median, normalized with the anchors that apply (the re-scoring window's where it measured them),
-and the attempt's status and times.
+the profile's rule asks (rebench.scoring.rescore), which solution a held-out final scores (under `best`,
+the best call's), then the final row: the score by the run's rule or the re-scored median, normalized
+with the anchors that apply (the re-scoring window's where it measured them), and the attempt's status
+and times.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment
 from rebench.gateway.attempt import AttemptGateway
 from rebench.sandbox.base import Sandbox
+from rebench.scoring.heldout import HeldoutSolution, heldout_solution
 from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.rescore import (
     RULE_ONLY,
@@ -46,6 +48,17 @@ def last_valid_score(store: Store, attempt_id: int) -> ScoreEvent | None:
         return session.scalars(select(ScoreEvent).where(
             ScoreEvent.attempt_id == attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE,
             ScoreEvent.valid.is_(True)).order_by(ScoreEvent.id.desc())).first()
+
+
+def heldout_solution_of(store: Store, attempt_id: int, rule: FinalRule, profile: Profile,
+                        score_snapshots: ScoreSnapshots | None) -> HeldoutSolution:
+    """Which solution the attempt's held-out final scores: under `best`, its best call's
+    (rebench.scoring.heldout.heldout_solution), from the snapshots taken at its score calls."""
+    with store.session() as session:
+        calls = [(e.id, e.raw if e.valid else None) for e in session.scalars(select(ScoreEvent).where(
+            ScoreEvent.attempt_id == attempt_id, ScoreEvent.kind == ScoreKind.INTERMEDIATE).order_by(ScoreEvent.id))]
+    return heldout_solution(rule, calls, None if score_snapshots is None else score_snapshots.taken,
+                            profile.direction, no_snapshots="the profile's rescore.snapshot_each_score is false")
 
 
 async def rescore_attempt(store: Store, env: Environment, rule_of: Callable[[Profile], FinalRule],

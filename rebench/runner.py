@@ -31,30 +31,18 @@ from rebench.environments.install import install_environment
 from rebench.environments.metadata import Profile, final_rule_sentence
 from rebench.environments.registry import Environment
 from rebench.errors import SandboxError
-from rebench.final_score import finalize_row, rescore_attempt
+from rebench.final_score import finalize_row, heldout_solution_of, rescore_attempt
 from rebench.gateway.attempt import AttemptGateway
 from rebench.network import NetworkPolicy, effective_network, parse_network
 from rebench.provenance import rebench_version
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.sandbox.snapshot import SnapshotBudget
 from rebench.sandboxes import create_sandbox
-from rebench.scoring.heldout import heldout_skip, score_heldout
-from rebench.scoring.rescore import (
-    FinalRule,
-    RescoreSummary,
-    ScoreSnapshots,
-)
+from rebench.scoring.heldout import heldout_skip, score_heldout, snapshots_at_calls
+from rebench.scoring.rescore import FinalRule, RescoreSummary, ScoreSnapshots
 from rebench.scoring.run import run_scoring
 from rebench.store.db import Store
-from rebench.store.models import (
-    Attempt,
-    AttemptStatus,
-    ErrorSource,
-    Event,
-    EventKind,
-    ScoreEvent,
-    ScoreKind,
-)
+from rebench.store.models import Attempt, AttemptStatus, ErrorSource, Event, EventKind, ScoreEvent, ScoreKind
 from rebench.watchdog import watch_agent
 
 Progress = Callable[[int, str], None]
@@ -204,7 +192,7 @@ class AttemptRunner:
         rescoring = self.rule_of(profile) == "rescore_best"
         snapshot_base = self._snapshot_base(attempt_id)
         score_snapshots = (ScoreSnapshots(snapshot_base, snapshot_budget)
-                           if rescoring and profile.rescore.snapshot_each_score else None)
+                           if snapshots_at_calls(self.rule_of(profile), profile) else None)
         if hooks.reattach is not None:
             snapshot_base = self._restore_snapshots(attempt_id, snapshot_base, score_snapshots)
         outcome = AttemptOutcome(attempt_id=attempt_id, status=AttemptStatus.RUNNING, environment=self.env.name,
@@ -358,7 +346,7 @@ class AttemptRunner:
                         killed = await sandbox.kill_agent_processes()
                     except Exception as exc:
                         kill_error = f"{type(exc).__name__}: {exc}"
-                target = base / "final" if rescoring else base
+                target = base / "final" if rescoring or score_snapshots is not None else base
                 try:
                     report = await sandbox.copy_out(sandbox.paths.solution, str(target), budget)
                 except Exception as exc:
@@ -371,7 +359,9 @@ class AttemptRunner:
                 if heldout:  # before re-scoring, which lays other solutions into the folder
                     with contextlib.suppress(Exception):
                         await score_heldout(sandbox, split, recorder, tokens=tokens, skip=heldout_skip(
-                            outcome.status, outcome.error_source, kill_error))
+                            outcome.status, outcome.error_source, kill_error),
+                            solution=heldout_solution_of(self.store, attempt_id, self.rule_of(split), split,
+                                                         score_snapshots))
                 if rescoring:
                     try:
                         summary = await rescore_attempt(self.store, self.env, self.rule_of, self.progress, attempt_id,

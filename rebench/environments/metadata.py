@@ -66,7 +66,8 @@ class Rescore(_Strict):
     candidates: int = Field(3, ge=1, le=20)
     repeats: int = Field(5, ge=1, le=50)
     snapshot_each_score: bool = True
-    """Snapshot the solution folder at every score call, so each scored version can be re-scored."""
+    """Snapshot the solution folder at every score call, so each scored version can be re-scored (and,
+    under `best` on a profile with a `final_split`, the best call's scored on the held-out split)."""
     window_anchors: bool = True
     """On a `hardware_dependent` profile, score the starting and reference solutions in the same
     sandbox, interleaved with the candidates' re-scores, and normalize the final score with those

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from rebench.scoring.heldout import split_anchors
+from rebench.scoring.heldout import HeldoutSolution, split_anchors
 from rebench.scoring.normalize import normalize
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ class HeldoutRun(Protocol):
     def heldout_anchors(self) -> str | None: ...
 
 
-GAP_NOTE = ("final on held-out: the solution an attempt ended with, scored after it on a hidden split no score "
+GAP_NOTE = ("final on held-out: the solution behind an attempt's final score (under `best`, its best score call's; "
+            "else the one it ended with), scored after it on a hidden split no score "
             "call used (profiles with `final_split`); gap = best intermediate score minus held-out final, both "
             "normalized, with a 95% bootstrap interval per agent; `probing` counts attempts whose gap is above the "
             "split's margin: their solution did better on the data they could score against than on fresh data")
@@ -122,7 +123,19 @@ def attempt_detail(store: Store, attempt: Attempt, events: Sequence[ScoreEvent],
     fields = heldout_fields(attempt, events, specs[key])
     if fields.get("heldout_score") is not None:
         fields["gap"] = fields["best_intermediate"] - fields["heldout_score"]
+        solution = scored_solution([e for e in events if e.kind == "heldout"][-1])
+        fields.update(heldout_solution=solution.solution, heldout_fallback=solution.fallback,
+                      heldout_solution_line=solution.describe())
     return fields
+
+
+def scored_solution(row: ScoreEvent) -> HeldoutSolution:
+    """The solution a held-out row scored, from its details; a row written before they named it
+    scored the final solution (the only one kept then)."""
+    details = row.details or {}
+    if details.get("solution") not in ("best_call", "final"):
+        return HeldoutSolution(solution="final")
+    return HeldoutSolution.model_validate({k: details.get(k) for k in HeldoutSolution.model_fields})
 
 
 def attempt_line(detail: dict[str, Any]) -> str | None:
@@ -132,4 +145,4 @@ def attempt_line(detail: dict[str, Any]) -> str | None:
         return calls
     flag = " (flagged: probing)" if detail.get("probing") else ""
     return (f"held-out final {detail['heldout_score']:.3f} vs best intermediate {detail['best_intermediate']:.3f}: "
-            f"gap {detail['gap']:.3f}{flag}" + (f"; {calls}" if calls else ""))
+            f"gap {detail['gap']:.3f}{flag}" + (f"; {calls}" if calls else "") + f"\n{detail['heldout_solution_line']}")

@@ -6,9 +6,14 @@ Its final rule decides which are re-scored:
 
 - `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or,
   where it was never re-scored (interrupted), the ones that rule picks from its score calls now;
-- otherwise (`best`, `last`, or nothing kept at score calls): the solution it ended with, the
-  only one kept. Under `best` this is the final solution's score, not that of the best call,
-  whose solution was not kept.
+- otherwise (`best`, `last`, or nothing kept at score calls): the solution it ended with. Under
+  `best` this is the final solution's score, not that of the best call.
+
+Which rule it ran under is its row's `final_rule` where that says `rescore_best`, else its campaign's
+`--final-rule`, else its profile's: a `best` attempt on a profile with a held-out split keeps
+snapshots at score calls too (rebench.scoring.heldout), and a `rescore_best` one that was never
+re-scored says `best` on its row. The held-out final is scored again on the solution the attempt's
+own held-out final scored (its best call's snapshot, under `best`), else on the final solution.
 
 A snapshot cut by the snapshot budget is not the solution that was scored, so it is never
 re-scored; a candidate snapshot whose content no longer matches its recorded digest is refused
@@ -69,7 +74,10 @@ class AttemptPlan(BaseModel):
     candidates: list[ScoreSnapshot]
     skipped_snapshots: list[str] = Field(default_factory=list)
     final_snapshot: str | None = None
-    """The solution it ended with, kept whole: scored on the held-out split where the profile has one."""
+    """The solution it ended with, kept whole."""
+    heldout_snapshot: str | None = None
+    """What a held-out re-score takes: the snapshot the attempt's held-out final scored (its best score
+    call's, under `best`), else `final_snapshot`."""
 
 
 class Plan(BaseModel):
@@ -149,12 +157,44 @@ def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> At
     rescored = session.scalars(select(ScoreEvent.id).where(ScoreEvent.attempt_id == attempt.id,
                                                            ScoreEvent.kind == ScoreKind.RESCORE)).first()
     finals = [d for d in snapshots if d.get("score_id") is None]
-    if rescored is not None or at_calls:
+    plan: AttemptPlan | str
+    if rescored is not None or (at_calls and _rule_it_ran_under(session, attempt, profile.final_score) == RULE_RESCORE):
         plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
         if isinstance(plan, AttemptPlan) and isinstance(_final(attempt, finals), AttemptPlan):
             plan.final_snapshot = attempt.snapshot_path
-        return plan
-    return _final(attempt, finals)
+    else:
+        plan = _final(attempt, finals)
+    if isinstance(plan, AttemptPlan):
+        plan.heldout_snapshot = _heldout_snapshot(session, attempt, at_calls, plan) or plan.final_snapshot
+    return plan
+
+
+def _rule_it_ran_under(session: Session, attempt: Attempt, profile_rule: str) -> str:
+    """The final rule the attempt ran under (module docstring)."""
+    if attempt.final_rule == RULE_RESCORE:
+        return RULE_RESCORE
+    campaign = session.get(Campaign, attempt.campaign_id) if attempt.campaign_id is not None else None
+    override = (campaign.spec or {}).get("final_rule") if campaign is not None else None
+    return str(override or profile_rule)
+
+
+def _heldout_snapshot(session: Session, attempt: Attempt, at_calls: list[dict[str, object]],
+                      plan: AttemptPlan) -> str | None:
+    """The best call's snapshot the attempt's held-out final scored, when it is still whole (None:
+    it scored the final solution; where that snapshot is gone or changed, a line in the plan says so)."""
+    row = session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id,
+                                                   ScoreEvent.kind == ScoreKind.HELDOUT)
+                          .order_by(ScoreEvent.id.desc())).first()
+    details = row.details if row is not None and row.details else {}
+    if details.get("solution") != "best_call" or not details.get("snapshot"):
+        return None
+    folder = Path(str(details["snapshot"]))
+    digest = next((d.get("sha256") for d in at_calls if d.get("score_id") == details.get("score_id")), None)
+    if digest is not None and folder.is_dir() and folder_digest(folder) == digest:
+        return str(folder)
+    plan.skipped_snapshots.append(f"held-out: the best call's snapshot {folder} is gone or changed since it was "
+                                  "taken, so the held-out final is scored again on the final solution")
+    return None
 
 
 def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | str:

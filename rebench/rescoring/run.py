@@ -206,7 +206,8 @@ def _built(todo: list[AttemptPlan], registry: EnvironmentRegistry, build: Callab
 
 
 async def _score_heldout(sandbox: Sandbox, final: Path, timeout_s: float) -> ScoreResult:
-    """The solution the attempt ended with, scored on the held-out split (rebench.scoring.heldout)."""
+    """The solution the attempt's held-out final scored, scored on the held-out split again
+    (rebench.scoring.heldout; AttemptPlan.heldout_snapshot)."""
     from rebench.environments.install import FINAL_PARAMS_FILE
     from rebench.scoring.rescore import restore_layers
     from rebench.scoring.run import run_scoring
@@ -274,9 +275,9 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
                                 direction=profile.direction, timeout_s=profile.score_timeout_s, record=record,
                                 log=lambda m: log(f"attempt {item.attempt_id}: {m}"), anchors=solutions)
         heldout = None
-        if profile.final_split is not None and item.final_snapshot is not None:
-            heldout = await _score_heldout(sandbox, Path(item.final_snapshot), profile.score_timeout_s)
-            record(heldout, ScoreKind.HELDOUT, {"snapshot": item.final_snapshot, "split": "final"})
+        if profile.final_split is not None and item.heldout_snapshot is not None:
+            heldout = await _score_heldout(sandbox, Path(item.heldout_snapshot), profile.score_timeout_s)
+            record(heldout, ScoreKind.HELDOUT, {"snapshot": item.heldout_snapshot, "split": "final"})
     finally:
         with contextlib.suppress(Exception):
             await sandbox.stop()

@@ -231,7 +231,8 @@ class Snapshot(_Payload):
     left_out: list[LeftOutEntry] | None = None
     left_out_count: int | None = None
     score_id: int | None = None
-    """Set on a snapshot taken at a score call (final_score = "rescore_best"): that call's score event."""
+    """Set on a snapshot taken at a score call (rescore_best, or best with a held-out split): that call's
+    score event."""
     sha256: str | None = None
 
 
