@@ -49,6 +49,8 @@ from rebench.environments.build import local_python
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.gpus import gpu_ids
+from rebench.preflight import system_packages
+from rebench.sandbox.local import SYSTEM_PATH
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import run_scoring
 
@@ -157,9 +159,14 @@ def run_one(row: Row, env: Environment, standin: StandIn, args: argparse.Namespa
             row.status = "skipped"
             row.note = f"needs CUDA: {standin.cuda_only}; only the stand-in assets were checked"
             return
+        missing = [name for name in system_packages(fitted) if shutil.which(name, path=SYSTEM_PATH) is None]
+        if missing:  # what the local backend's preflight checks before a run
+            raise RebenchError(f"needs {', '.join(missing)} on the sandboxes' PATH ({SYSTEM_PATH}): "
+                               f"apt-get install -y {' '.join(missing)}")
         pins = f"pins not met, installed versions used: {', '.join(notes)}" if notes else ""
         progress(f"  building; {pins or 'requirements as pinned'}")
         build_environment(fitted, PROFILE, "local", assets=assets)
+        progress("  built")
         uses_gpu = not args.cpu and fitted.profile(PROFILE).resources.gpus > 0
         kernel = env.name == "triton_cumsum"
         found = probe(fitted) if uses_gpu or kernel else {}

@@ -130,9 +130,9 @@ STANDINS: dict[str, StandIn] = {
               "stages": [{"layers": 2, "steps": 2}, {"layers": 3, "steps": 2}]}),
     "small_scaling_law": StandIn(
         assets={"openwebtext": "openwebtext"},
-        params={"block_size": 32, "batch_size": 8, "experiment_flops_cap": "5e8", "eval_iters": 2, "warmup_iters": 2},
+        params={"block_size": 32, "batch_size": 8, "experiment_flops_cap": "3e8", "eval_iters": 2, "warmup_iters": 2},
         cpu_params=CPU,
-        plan={"flop_fractions": [0.5, 1.0], "widths": [16, 20, 24], "min_iters": 3, "max_iters": 1000}),
+        plan={"flop_fractions": [0.5, 1.0], "widths": [16, 24], "min_iters": 3, "max_iters": 1000}),
     "rust_codecontests_inference": StandIn(
         assets={"code_contests": "code_contests"},
         params={"workers": 4, "concurrency": 4},
