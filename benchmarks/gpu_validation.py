@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -212,7 +213,13 @@ def validate(env: Environment, args: argparse.Namespace, pool: StandInPool, copi
             row.status = why[0]
             row.note = f"declared in {why[1]}; failed with {row.error[:300]}"
     row.seconds = time.monotonic() - started
+    progress(f"  {row.status} in {row.seconds:.0f} s" + (f": {row.error}" if row.error else ""))
     return row
+
+
+def stop(signum: int, frame: object) -> None:
+    """SIGTERM (`timeout`) ends the run as Ctrl-C does, so the rows done so far are still printed."""
+    raise KeyboardInterrupt
 
 
 def cell(value: float | None) -> str:
@@ -261,9 +268,14 @@ def main() -> int:
     # Builds, virtualenvs and sandboxes in the work folder: stand-in builds never reach the real cache.
     os.environ.update({**OFFLINE, "REBENCH_CACHE": str(work / "cache"), "REBENCH_ASSETS": str(work / "no-assets.toml")})
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, stop)
+    rows: list[Row] = []
     try:
         pool = StandInPool(work / "standins")
-        rows = [validate(env, args, pool, copies) for env in envs]
+        for env in envs:
+            rows.append(validate(env, args, pool, copies))
+    except KeyboardInterrupt:
+        progress("interrupted")
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -271,9 +283,9 @@ def main() -> int:
     failed = [row for row in rows if row.status == "FAILED"]
     for row in failed:
         print(f"FAILED {row.environment}: {row.error}")
-    print(f"{len(rows)} environments, {len(failed)} failed, {time.monotonic() - started:.0f} s "
-          f"({'--cpu' if args.cpu else 'GPU'} run)")
-    return 1 if failed else 0
+    ran = f"{len(rows)} environments" if len(rows) == len(envs) else f"interrupted after {len(rows)} of {len(envs)}"
+    print(f"{ran}, {len(failed)} failed, {time.monotonic() - started:.0f} s ({'--cpu' if args.cpu else 'GPU'} run)")
+    return 1 if failed or len(rows) < len(envs) else 0
 
 
 if __name__ == "__main__":
