@@ -65,7 +65,7 @@ def fit_requirements(path: Path, *, relax: bool, cpu: bool) -> list[str]:
     mismatch = False
     for line in path.read_text(encoding="utf-8").splitlines():
         text = line.split("#", 1)[0].strip()
-        found = re.match(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*(.*)$", text)
+        found = re.match(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)(\[[^\]]*\])?\s*(.*)$", text)  # not "-r FILE" lines
         if not found:
             lines.append(line)
             continue
