@@ -18,16 +18,17 @@ Answer = Callable[[dict[str, Any]], str]
 
 
 class StandInModel:
-    """Serves POST .../chat/completions with `answer(body)` in each of the `n` choices asked for."""
+    """Serves POST .../chat/completions with `answer(body)` in each of the `n` choices asked for;
+    keeps each request's body (`bodies`), so a test can check what the scorer sent."""
 
     def __init__(self, answer: Answer) -> None:
-        self.requests = 0
+        self.bodies: list[dict[str, Any]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                outer.requests += 1
+                outer.bodies.append(body)
                 text = answer(body)
                 choices = [{"index": i, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
                            for i in range(int(body.get("n") or 1))]
@@ -46,6 +47,10 @@ class StandInModel:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def requests(self) -> int:
+        return len(self.bodies)
 
     @property
     def url(self) -> str:

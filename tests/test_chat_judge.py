@@ -13,17 +13,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-import threading
 import tomllib
 import types
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from benchmarks.standin_server import StandInModel
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.gateway import AttemptGateway
 from rebench.gateway.attempt import env_file
@@ -92,42 +91,8 @@ def test_annotator_files_of_another_shape_are_refused(tmp_path: Path, broken: di
         evaluation.load_annotator(tmp_path / "annotator")
 
 
-class LlamaStandIn:
-    """A scripted OpenAI-compatible server on 127.0.0.1 in place of the operator's Llama-3 server:
-    records each request body and answers with `answer(body)`."""
-
-    def __init__(self, answer: Callable[[dict[str, Any]], str]) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                reply = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                    "choices": [{"index": 0, "finish_reason": "stop",
-                                                 "message": {"role": "assistant", "content": answer(body)}}],
-                                    "usage": {"prompt_tokens": 300, "completion_tokens": 30,
-                                              "total_tokens": 330}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-
 @pytest.fixture
-def paper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaStandIn, str, str, Any]]:
+def paper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandInModel, str, str, Any]]:
     """The paper profile's gateway (its openai-compatible upstream, pointed at the stand-in):
     (the stand-in, the gateway's base URL, the scorer's token, the request's pattern). The stand-in
     reads requests as the tiny judge does (its pattern of the same template)."""
@@ -145,21 +110,18 @@ def paper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ll
         best = 1 if outputs[1].startswith("the xl answer") else 2
         return str([{"model": f"model_{best}", "rank": 1}, {"model": f"model_{3 - best}", "rank": 2}])
 
-    stand_in = LlamaStandIn(answer)
+    stand_in = StandInModel(answer)
     env = EnvironmentRegistry().get("nanogpt_chat_rl")
     settings = env.profile("paper").gateway
     assert settings is not None and settings.upstream.startswith("openai-compatible/")
     gateway = AttemptGateway(None, 0, env, settings.model_copy(update={"base_url": stand_in.url}),
                              assets=None, unix=False)
-    try:
-        with serving(gateway) as (base_url, token):
-            yield stand_in, base_url, token, pattern
-    finally:
-        stand_in.server.shutdown()
+    with stand_in, serving(gateway) as (base_url, token):
+        yield stand_in, base_url, token, pattern
 
 
 def test_the_paper_scorer_asks_llama_with_alpaca_evals_request(
-        tmp_path: Path, paper_gateway: tuple[LlamaStandIn, str, str, Any]) -> None:
+        tmp_path: Path, paper_gateway: tuple[StandInModel, str, str, Any]) -> None:
     """The paper profile's scorer, through its gateway, sends the installed annotator's request
     (messages, temperature, token limit; from its own copy of the annotator files, not from the
     agent's home, where the agent could replace them) for every pair, with the student's answer as model_1 on
