@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from rebench.environments.install import FINAL_PARAMS_FILE
 from rebench.environments.metadata import FinalSplit, Profile
 from rebench.sandbox.base import Sandbox
-from rebench.scoring.normalize import ResolvedAnchors, is_valid
+from rebench.scoring.normalize import ResolvedAnchors, final_raw_score, is_valid
 from rebench.scoring.rescore import Direction, ScoreSnapshot, restore_snapshot
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import CallTokens, run_scoring
@@ -81,12 +81,11 @@ def heldout_solution(rule: str, calls: Sequence[tuple[int, float | None]],
     `no_snapshots` says why). Among calls tied for the best score the first one kept whole is taken."""
     if rule != "best":
         return HeldoutSolution(solution="final")
-    valid = [(number, score_id, float(raw)) for number, (score_id, raw) in enumerate(calls, 1)
-             if raw is not None and is_valid(raw)]
-    if not valid:
+    best = final_raw_score([raw for _, raw in calls], rule="best", direction=direction)
+    if best is None:
         return HeldoutSolution(solution="final", fallback="no score call was valid, so the rule picked none")
-    best = min(v[2] for v in valid) if direction == "lower" else max(v[2] for v in valid)
-    tied = [(number, score_id) for number, score_id, raw in valid if raw == best]
+    tied = [(number, score_id) for number, (score_id, raw) in enumerate(calls, 1)
+            if is_valid(raw) and raw == best]
     if snapshots is None:
         return HeldoutSolution(solution="final", fallback=f"no snapshots at score calls ({no_snapshots})")
     kept = {s.score_id: s for s in snapshots if s.score_id is not None}
