@@ -76,7 +76,7 @@ def test_an_agent_tuned_to_the_intermediate_split_shows_a_gap(fixture_envs: Path
                             env=env).stdout.split())
     assert "0.800 (held-out 0.200)" in text and "0.600 [0.600, 0.600] (2/2;" in text and "final on held-out" in text
     _the_files_carry_the_heldout_columns(db_path, tmp_path, env, tuned.calls_per_hour)
-    # `rebench rescore` takes the held-out final again too, from the final snapshot
+    # `rebench rescore` takes the held-out final again too, from the best call's snapshot
     rescored = run_cli("rescore", "--attempt", "1", "--backend", "local", "--db", str(db_path), env=env)
     assert rescored.returncode == 0, rescored.stderr
     with sqlite3.connect(db_path) as connection:

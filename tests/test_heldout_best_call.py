@@ -70,17 +70,18 @@ def test_under_best_the_heldout_final_scores_the_best_calls_solution(fixture_env
     # (15 - 1) / (21 - 1) = 0.7 against the best intermediate (9 - 1) / (11 - 1) = 0.8
     assert "held-out final 0.700 vs best intermediate 0.800: gap 0.100" in got["shown"]
     assert "held-out final scored the solution of score call 1 (the best)" in got["shown"]
-    # `rebench rescore` takes the held-out final again from the same solution; the final score is still
-    # re-taken from the solution the attempt ended with, once (rule `final`), not re-scored by rescore_best
+    # `rebench rescore` takes the held-out final again from the same solution, and the final score by the
+    # same rule: each call's solution scored once (rule `best`, not rescore_best's repeats), the best counts
     env = {"REBENCH_ENVIRONMENTS": str(fixture_envs)}
     rescored = run_cli("rescore", "--attempt", "1", "--backend", "local", "--db", str(db_path), env=env)
     assert rescored.returncode == 0, rescored.stderr
     with sqlite3.connect(db_path) as connection:
         (rule, final_raw, heldout_raw, scores), = connection.execute(
             "select rule, final_raw, heldout_raw, scores from rescores").fetchall()
-    assert (rule, final_raw, heldout_raw) == ("final", 3.0, 15.0)
+    assert (rule, final_raw, heldout_raw) == ("best", 9.0, 15.0)
+    best = got["details"]["snapshot"]
     assert [(c["kind"], c["snapshot"]) for c in json.loads(scores)] == [
-        ("rescore", got["details"]["snapshot"].replace("score-001", "final")), ("heldout", got["details"]["snapshot"])]
+        ("rescore", best), ("rescore", best.replace("score-001", "score-002")), ("heldout", best)]
 
 
 def test_a_best_call_snapshot_cut_by_the_budget_falls_back_to_the_final_solution(fixture_envs: Path, tmp_path: Path,

@@ -60,6 +60,7 @@ def attempt_rescores(session: Session, attempt_id: int) -> list[dict[str, Any]]:
     for row, run in session.execute(select(Rescore, RescoreRun).join(RescoreRun, Rescore.run_id == RescoreRun.id)
                                     .where(Rescore.attempt_id == attempt_id).order_by(Rescore.id)):
         calls = [c for c in row.scores if c.get("kind") == "rescore"]
+        solutions = len({c.get("sha256") or c.get("snapshot") for c in calls})
         out.append({
             "run": run.id, "when": run.created_at.isoformat(), "status": row.status.value, "reason": row.reason,
             "rule": row.rule, "env_version": row.env_version, "content_hash": row.content_hash,
@@ -67,9 +68,20 @@ def attempt_rescores(session: Session, attempt_id: int) -> list[dict[str, Any]]:
             "heldout_raw": row.heldout_raw, "heldout_normalized": row.heldout_normalized,
             "anchors": {"start": row.anchors_start, "reference": row.anchors_reference, "kind": row.anchors_kind},
             "calls": len(calls), "invalid": sum(1 for c in calls if not c.get("valid")),
+            "solution": _solution(row.rule, solutions), "skipped_snapshots": list(row.skipped_snapshots or []),
             "hardware": run.hardware_description, "backend": run.backend,
         })
     return out
+
+
+def _solution(rule: str | None, solutions: int) -> str:
+    """Which solution(s) a re-score scored, in words (rebench.rescoring.plan): a reader comparing it with
+    the original must know whether it is the final solution's or the best call's."""
+    if rule == "best":
+        return f"the best of the score calls' solutions re-scored ({solutions}; best rule)"
+    if rule == "rescore_best":
+        return f"the best median of the snapshots re-scored ({solutions}; rescore_best rule)"
+    return "the final solution re-scored"
 
 
 def rescore_lines(rescores: list[dict[str, Any]], original_raw: float | None,
@@ -87,6 +99,7 @@ def rescore_lines(rescores: list[dict[str, Any]], original_raw: float | None,
         lines.append(
             f"rescore run {r['run']} ({r['when'][:16]}, version {r['env_version']} {r['content_hash']}): "
             f"raw {num(r['raw'], 4)} (original {num(original_raw, 4)}), normalized {num(r['normalized'])} "
-            f"(original {num(original_normalized)}); {r['rule']} rule, {r['calls']} call(s), {r['invalid']} invalid; "
+            f"(original {num(original_normalized)}); {r['solution']}, {r['calls']} call(s), {r['invalid']} invalid; "
             f"{anchors['kind']} anchors {num(anchors['start'], 4)} -> {num(anchors['reference'], 4)}")
+        lines.extend(f"  {line}" for line in r["skipped_snapshots"])
     return lines

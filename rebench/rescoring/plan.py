@@ -1,23 +1,28 @@
 """What `rebench rescore` re-scores for each selected attempt, or why it skips it.
 
-An attempt keeps two kinds of snapshots (rebench.sandbox.snapshot, rebench.scoring.rescore):
-the solution it ended with, and under `final_score = "rescore_best"` one at each score call.
-Its final rule decides which are re-scored:
+An attempt keeps two kinds of snapshots (rebench.sandbox.snapshot, rebench.scoring.rescore): the
+solution it ended with, and under `final_score = "rescore_best"`, or `best` on a profile with a held-out
+split (rebench.scoring.heldout.snapshots_at_calls), one at each score call. Its final rule decides which
+are re-scored, so that the re-score is the number the rule would give now:
 
-- `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or,
-  where it was never re-scored (interrupted), the ones that rule picks from its score calls now;
-- otherwise (`best`, `last`, or nothing kept at score calls): the solution it ended with. Under
-  `best` this is the final solution's score, not that of the best call.
+- `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or, where it
+  was never re-scored (interrupted), the ones that rule picks from its score calls now;
+- `best` with snapshots at score calls: each valid call's snapshot, distinct by content, scored once;
+  the run counts the best of them, as the rule counted the calls (the scorer or anchors may have
+  changed which call is best, so the best call's alone would not do). Where no valid call has a whole
+  snapshot, the solution it ended with, and a line in the plan says why;
+- otherwise (`last`, or `best` without snapshots at score calls): the solution it ended with; under
+  `best` a line in the plan says that this is not the best call's solution.
 
 Which rule it ran under is its row's `final_rule` where that says `rescore_best`, else its campaign's
-`--final-rule`, else its profile's: a `best` attempt on a profile with a held-out split keeps
-snapshots at score calls too (rebench.scoring.heldout), and a `rescore_best` one that was never
-re-scored says `best` on its row. The held-out final is scored again on the solution the attempt's
-own held-out final scored (its best call's snapshot, under `best`), else on the final solution.
+`--final-rule`, else its profile's (a `rescore_best` attempt that was never re-scored says `best` on its
+row). The held-out final is scored again on the solution the attempt's own held-out final scored (its
+best call's snapshot, under `best`), else on the final solution.
 
-A snapshot cut by the snapshot budget is not the solution that was scored, so it is never
-re-scored; a candidate snapshot whose content no longer matches its recorded digest is refused
-too. Everything is read from the database and the snapshot folders: nothing here writes.
+A snapshot cut by the snapshot budget is not the solution that was scored, so it is never re-scored
+(the plan lists it); a candidate snapshot whose content no longer matches its recorded digest is
+refused, with its attempt. Everything is read from the database and the snapshot folders: nothing here
+writes.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from sqlalchemy.orm import Session
 
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.scoring.normalize import is_valid
 from rebench.scoring.rescore import ScoreSnapshot, choose_candidates, folder_digest
 from rebench.store.db import Store
 from rebench.store.models import Attempt, Campaign, Event, EventKind, ScoreEvent, ScoreKind
 
 FINISHED = ("done", "limit", "error")
 RULE_RESCORE = "rescore_best"
+RULE_BEST = "best"
 RULE_FINAL = "final"
 FINAL_SNAPSHOT_ID = 0
 """The `score_id` standing for the solution an attempt ended with (it was not scored by a call)."""
@@ -78,6 +85,15 @@ class AttemptPlan(BaseModel):
     heldout_snapshot: str | None = None
     """What a held-out re-score takes: the snapshot the attempt's held-out final scored (its best score
     call's, under `best`), else `final_snapshot`."""
+
+    def describe(self) -> str:
+        """What is re-scored, in words (the run's line for the attempt)."""
+        if self.rule == RULE_BEST:
+            return (f"each valid score call's snapshot ({len(self.candidates)} distinct), once; the best counts "
+                    "(best rule)")
+        if self.rule == RULE_RESCORE:
+            return f"the snapshots rescore_best re-scores ({len(self.candidates)}); the best median counts"
+        return "the solution it ended with"
 
 
 class Plan(BaseModel):
@@ -157,13 +173,16 @@ def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> At
     rescored = session.scalars(select(ScoreEvent.id).where(ScoreEvent.attempt_id == attempt.id,
                                                            ScoreEvent.kind == ScoreKind.RESCORE)).first()
     finals = [d for d in snapshots if d.get("score_id") is None]
+    rule = _rule_it_ran_under(session, attempt, profile.final_score)
     plan: AttemptPlan | str
-    if rescored is not None or (at_calls and _rule_it_ran_under(session, attempt, profile.final_score) == RULE_RESCORE):
+    if rescored is not None or (at_calls and rule == RULE_RESCORE):
         plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
-        if isinstance(plan, AttemptPlan) and isinstance(_final(attempt, finals), AttemptPlan):
-            plan.final_snapshot = attempt.snapshot_path
+    elif rule == RULE_BEST:
+        plan = _best_calls(session, attempt, at_calls, finals, profile.direction)
     else:
         plan = _final(attempt, finals)
+    if isinstance(plan, AttemptPlan) and plan.rule != RULE_FINAL and isinstance(_final(attempt, finals), AttemptPlan):
+        plan.final_snapshot = attempt.snapshot_path
     if isinstance(plan, AttemptPlan):
         plan.heldout_snapshot = _heldout_snapshot(session, attempt, at_calls, plan) or plan.final_snapshot
     return plan
@@ -235,6 +254,50 @@ def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, obj
     if not chosen:
         why = "; ".join(skipped) if skipped else "no valid score call had a kept snapshot"
         return f"nothing of it can be re-scored: {why}"
+    return _whole(chosen) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
+                                         profile=attempt.profile, rule=RULE_RESCORE, candidates=chosen,
+                                         skipped_snapshots=skipped)
+
+
+def _best_calls(session: Session, attempt: Attempt, at_calls: list[dict[str, object]],
+                finals: list[dict[str, object]], direction: str) -> AttemptPlan | str:
+    """Under `best`: the snapshot of each valid score call, distinct by content (module docstring); where
+    none is whole, the solution it ended with, with a line saying why it is not the best call's."""
+    calls = [(e.id, e.raw) for e in session.scalars(select(ScoreEvent).where(
+        ScoreEvent.attempt_id == attempt.id, ScoreEvent.kind == ScoreKind.INTERMEDIATE).order_by(ScoreEvent.id))]
+    valid = [(number, score_id, float(raw)) for number, (score_id, raw) in enumerate(calls, 1)
+             if raw is not None and is_valid(raw)]
+    kept = {int(str(d["score_id"])): d for d in at_calls}
+    taken: list[ScoreSnapshot] = []
+    skipped: list[str] = []
+    for number, score_id, raw in valid if at_calls else []:
+        data = kept.get(score_id)
+        if data is None:
+            skipped.append(f"score call {number} ({raw:g}): no snapshot was kept (taking it failed)")
+        elif not data.get("sha256"):
+            skipped.append(f"score call {number} ({raw:g}): its snapshot {data['path']} was cut by the snapshot "
+                           "budget, so it is not the solution that was scored")
+        else:
+            taken.append(ScoreSnapshot(path=str(data["path"]), sha256=str(data["sha256"]), score_id=score_id, raw=raw))
+    chosen, _ = choose_candidates(taken, len(taken), "lower" if direction == "lower" else "higher")
+    if chosen:
+        return _whole(chosen) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
+                                             profile=attempt.profile, rule=RULE_BEST, candidates=chosen,
+                                             skipped_snapshots=skipped)
+    why = ("no score call was valid, so the rule picked none" if not valid
+           else "no snapshots at score calls were kept (under best, only a profile with a held-out split keeps "
+                "them, unless it turns them off)"
+           if not at_calls else "no valid score call has a whole snapshot: " + "; ".join(skipped))
+    plan = _final(attempt, finals)
+    if isinstance(plan, str):
+        return f"{plan} (and under the best rule: {why})"
+    plan.skipped_snapshots.append(f"best rule: {why}; so the solution it ended with is re-scored, not the best "
+                                  "call's")
+    return plan
+
+
+def _whole(chosen: list[ScoreSnapshot]) -> str | None:
+    """Why the chosen snapshots cannot be re-scored (one cut, gone or changed since it was taken), or None."""
     for snapshot in chosen:
         folder = Path(snapshot.path)
         if snapshot.sha256 is None:
@@ -243,5 +306,4 @@ def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, obj
             return f"its snapshot folder {folder} is gone"
         if folder_digest(folder) != snapshot.sha256:
             return f"snapshot {folder} changed since it was taken (its content digest differs)"
-    return AttemptPlan(attempt_id=attempt.id, environment=attempt.environment, profile=attempt.profile,
-                       rule=RULE_RESCORE, candidates=chosen, skipped_snapshots=skipped)
+    return None

@@ -33,9 +33,17 @@ from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.harness_files import kit_version
 from rebench.processes import pid_alive
-from rebench.rescoring.plan import AttemptPlan, Plan, Selection, plan_attempts, selected_ids
+from rebench.rescoring.plan import (
+    RULE_BEST,
+    RULE_RESCORE,
+    AttemptPlan,
+    Plan,
+    Selection,
+    plan_attempts,
+    selected_ids,
+)
 from rebench.scoring.heldout import split_anchors
-from rebench.scoring.normalize import normalize
+from rebench.scoring.normalize import final_raw_score, normalize
 from rebench.scoring.rescore import rescore
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.window import anchor_solutions, resolved
@@ -259,7 +267,9 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
     assets = assets_dir(env, item.profile, build=False)
     windowed = profile.hardware_dependent and profile.rescore.window_anchors
     solutions = anchor_solutions(env, item.profile, assets) if windowed else None
-    repeats = profile.rescore.repeats if item.rule == "rescore_best" or profile.final_score == "rescore_best" else 1
+    # Under `best` each call's solution is scored once, as the call scored it; the others take the profile's repeats.
+    repeats = 1 if item.rule == RULE_BEST else (
+        profile.rescore.repeats if item.rule == RULE_RESCORE or profile.final_score == RULE_RESCORE else 1)
     calls: list[dict[str, Any]] = []
 
     def record(result: ScoreResult, kind: ScoreKind, extra: dict[str, object]) -> None:
@@ -269,7 +279,9 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
     sandbox = create_sandbox(backend, spec, env)
     await sandbox.start()
     try:
-        log(f"attempt {item.attempt_id}: {env.name} ({item.profile}) in a fresh sandbox")
+        log(f"attempt {item.attempt_id}: {env.name} ({item.profile}) in a fresh sandbox: {item.describe()}")
+        for line in item.skipped_snapshots:
+            log(f"attempt {item.attempt_id}: {line}")
         await install_environment(sandbox, env, item.profile, assets)
         summary = await rescore(sandbox, item.candidates, candidates=len(item.candidates), repeats=repeats,
                                 direction=profile.direction, timeout_s=profile.score_timeout_s, record=record,
@@ -284,10 +296,13 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
     in_force = ResolvedAnchors.model_validate(recorded[f"{env.name}/{item.profile}"]["anchors"])
     held = split_anchors(in_force, profile.final_split) if profile.final_split is not None else None
     anchors = resolved(summary.anchors) or in_force
+    final_raw = summary.final_raw
+    if item.rule == RULE_BEST:  # the attempt's own rule (finalize_row's function) over its calls re-scored
+        final_raw = final_raw_score([raw for c in summary.candidates for raw in c.raws], rule="best",
+                                    direction=profile.direction)
     return Rescore(attempt_id=item.attempt_id, status=RescoreStatus.DONE, rule=item.rule,
                    env_version=env.version, content_hash=env.content_hash(item.profile),
-                   final_raw=summary.final_raw,
-                   final_normalized=normalize(summary.final_raw, anchors.start, anchors.reference),
+                   final_raw=final_raw, final_normalized=normalize(final_raw, anchors.start, anchors.reference),
                    anchors_start=anchors.start, anchors_reference=anchors.reference, anchors_kind=anchors.kind,
                    heldout_raw=heldout.raw if heldout is not None and heldout.valid else None,
                    heldout_normalized=(None if heldout is None or held is None else normalize(

@@ -64,7 +64,8 @@ class Rescore(Base):
     status: Mapped[RescoreStatus] = mapped_column(EnumString(RescoreStatus, 16))
     reason: Mapped[str | None] = mapped_column(Text)
     rule: Mapped[str | None] = mapped_column(String(16))
-    """`rescore_best`: the snapshots its final rule re-scored; `final`: the solution it ended with."""
+    """What was re-scored (rebench.rescoring.plan): `rescore_best`: the snapshots that rule re-scores, the best
+    median counts; `best`: each valid score call's snapshot, the best counts; `final`: the solution it ended with."""
     env_version: Mapped[str | None] = mapped_column(String(32))
     content_hash: Mapped[str | None] = mapped_column(String(64))
     final_raw: Mapped[float | None] = mapped_column(Float)
@@ -73,10 +74,11 @@ class Rescore(Base):
     anchors_reference: Mapped[float | None] = mapped_column(Float)
     anchors_kind: Mapped[str | None] = mapped_column(String(16))
     heldout_raw: Mapped[float | None] = mapped_column(Float)
-    """Profiles with `final_split`: the final snapshot scored again on the held-out split."""
+    """Profiles with `final_split`: the solution the attempt's held-out final scored, scored again on that split."""
     heldout_normalized: Mapped[float | None] = mapped_column(Float)
     scores: Mapped[list[Any]] = mapped_column(JSON, default=list)
     """Every score call of the re-scoring: kind, raw, valid, message, and which snapshot."""
     skipped_snapshots: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """Lines: snapshots not re-scored and why, and under `best` why the final solution stood in for the calls'."""
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
