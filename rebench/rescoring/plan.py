@@ -8,9 +8,9 @@ are re-scored, so that the re-score is the number the rule would give now:
 - `rescore_best`: the snapshots its re-scoring used (the `rescore` score rows name them), or, where it
   was never re-scored (interrupted), the ones that rule picks from its score calls now;
 - `best` with snapshots at score calls: each valid call's snapshot, distinct by content, scored once;
-  the run counts the best of them, as the rule counted the calls (the scorer or anchors may have
-  changed which call is best, so the best call's alone would not do). Where no valid call has a whole
-  snapshot, the solution it ended with, and a line in the plan says why;
+  the run counts the best of them, as the rule counted the calls (a fixed scorer, or another machine
+  for timings, may change which call is best, so the best call's alone would not do). Where no valid
+  call has a whole snapshot, the solution it ended with, and a line in the plan says why;
 - otherwise (`last`, or `best` without snapshots at score calls): the solution it ended with; under
   `best` a line in the plan says that this is not the best call's solution.
 
