@@ -120,6 +120,12 @@ def test_a_call_snapshot_cut_by_the_budget_is_skipped_with_the_reason(fixture_en
     assert cut.startswith("score call 1 (9): its snapshot") and "score-001 was cut by the snapshot budget" in cut
     shown = " ".join(run_cli("attempts", "show", "1", "--db", str(db_path), env=env).stdout.split())
     assert cut in shown
+    # a call's snapshot rewritten since it was taken is refused, as rescore_best's candidates are
+    kept = Path(json.loads(scores)[0]["snapshot"])
+    (kept / "value.txt").write_text("1000")
+    again = run_cli("rescore", "--attempt", "1", "--backend", "local", "--db", str(db_path), env=env)
+    assert again.returncode != 0 and "changed since it was taken" in " ".join(again.stderr.split())
+    assert rows(db_path, "select count(*) from rescores") == [(1,)]
 
 
 def test_without_call_snapshots_the_final_solution_is_rescored_and_it_says_so(fixture_envs: Path, tmp_path: Path,
