@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,27 @@ def held_out_prompts(params: dict[str, Any], seed: int) -> tuple[list[str], list
     return drawn[:n_test], drawn[n_test:]
 
 
+@dataclass(frozen=True)
+class PromptDraws:
+    """Every prompt a tiny/ci build uses: the held-out splits, the agent's training prompts and
+    the prompts of the student's pretraining corpus (language.Prompt, the teacher answers them)."""
+
+    test: list[str]
+    final: list[str]
+    train: list[str]
+    corpus: list[Any]
+
+
+def draw_prompts(params: dict[str, Any], seed: int) -> PromptDraws:
+    """All of a build's prompt draws, seeded; one function so that a test can check what the
+    agent and the student saw against the held-out splits (tests/test_chat_prompt_draws.py)."""
+    test, final = held_out_prompts(params, seed)
+    held_out = set(test)
+    train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
+    corpus = language.prompts(int(params["corpus_size"]), seed + 3, exclude=held_out)
+    return PromptDraws(test, final, train, corpus)
+
+
 def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, protected: Path) -> None:
     seed = int(params["build_seed"])
     buildutil.seed_everything(seed)
@@ -121,17 +143,15 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     (home / "vocab.json").write_text(json.dumps(vocab) + "\n", encoding="utf-8")
     tokenizer = chat.WordTokenizer(vocab)
 
-    test, final = held_out_prompts(params, seed)
-    held_out = set(test)
-    train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
+    draws = draw_prompts(params, seed)
+    test, final, train = draws.test, draws.final, draws.train
     write_jsonl(protected / "prompts.jsonl", [{"prompt": p} for p in test])
     write_jsonl(workspace / "data" / "prompts.jsonl", [{"prompt": p} for p in train])
 
     started = time.monotonic()
     colors = world["colors"]
     rng = random.Random(f"teacher-{seed}")
-    corpus = [(p.text, language.teacher_answer(p, colors, rng))
-              for p in language.prompts(int(params["corpus_size"]), seed + 3, exclude=held_out)]
+    corpus = [(p.text, language.teacher_answer(p, colors, rng)) for p in draws.corpus]
     config = GPTConfig(**params["student_config"])
     if config.vocab_size != len(vocab):
         raise SystemExit(f"student_config vocab_size {config.vocab_size} != the language's {len(vocab)} words")
