@@ -166,7 +166,8 @@ RIGHT = ["sure , apple is a fruit .", "", "sure , saw , drill .", "sure , the ca
 def test_the_scorer_counts_equal_answers_half_and_asks_the_judge_about_the_rest(
         tmp_path: Path, served_judge: tuple[str, str]) -> None:
     """Baseline one answers exactly as the untrained checkpoint samples (seed 0): half a win each,
-    no judge call; baseline two answers right (colour: the world's): the gibberish loses."""
+    no judge call; baseline two answers right (colour: the world's): the gibberish loses. Every
+    prompt's outcome is then a quarter, so the standard error over the prompts is 0."""
     world = language.world(15)
     right = [a or f"sure , the dog is {world['colors']['dog']} ." for a in RIGHT]
     ctx = scoring_folders(tmp_path, *served_judge, PROMPTS, {"same": [""] * 5, "right": right})
@@ -178,6 +179,8 @@ def test_the_scorer_counts_equal_answers_half_and_asks_the_judge_about_the_rest(
     assert result["message"]["win_rate_vs_right"] == 0.0, result
     assert same[0] != same[-1]  # the repeated prompt's two answers differ
     assert result["raw"] == 0.25 and result["details"]["judge_calls"] == 5, result
+    assert result["details"]["raw_se"] == 0.0, result
+    assert score_module.standard_error([0.0, 1.0, 0.5, 0.5]) == pytest.approx((0.5 / 3 / 4) ** 0.5)
 
 
 def test_scoring_past_the_time_limit_is_invalid(tmp_path: Path, served_judge: tuple[str, str]) -> None:
@@ -228,8 +231,9 @@ def test_the_scorer_reads_the_held_out_files_its_split_param_names(tmp_path: Pat
 
 @pytest.mark.parametrize("profile", ["tiny", "ci"])
 def test_the_final_split_continues_the_held_out_draw_without_changing_the_held_out_prompts(profile: str) -> None:
-    """build.py's held-out prompts are the ones drawn before the final split existed (the anchors
-    measured on them stand); the final prompts are `n_final` others, none of them held out."""
+    """build.py's held-out prompts are the ones drawn before the final split existed; the final
+    prompts are `n_final` others, none of them held out (the training prompts and the corpus
+    exclude both: tests/test_chat_prompt_draws.py)."""
     build = load("chat_build_under_test", ENV_DIR / "build.py")
     params = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"][profile]["params"]
     seed = int(params["build_seed"])

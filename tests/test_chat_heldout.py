@@ -7,9 +7,11 @@ them: the test, privileged, reads the built /protected/prompts.jsonl, takes for 
 best of 64 of the student's own answers by the hidden judge's rubric, and finetunes the student on
 those answers, mixed with the student's own answers to the training prompts so that elsewhere it
 stays the student. A `replay` agent submits it. Its intermediate score is above the reference's
-while its held-out final is near the start's, so the report shows a large held-out gap and flags
-it; the reference's RL improves the prompts of both splits alike (relative to each split's
-anchors), so its gap is about zero.
+while its held-out final is below the reference's (what it learnt of the answers' form carries over
+to prompts neither it nor the student saw, so it is no longer at the start's, as it was while the
+final prompts were training prompts), so the report shows a large held-out gap and flags it; the
+reference's RL improves the prompts of both splits alike (relative to each split's anchors), so its
+gap is about zero.
 
 Slow: the `ci` build (shared with tests/test_chat_env_model.py's cache), the reference's RL and
 the fitting."""
@@ -103,11 +105,9 @@ def test_a_checkpoint_fitted_to_the_intermediate_prompts_shows_a_heldout_gap_and
     split = env.profile("ci").final_split
     assert split is not None
     anchors = env.profile("ci").anchors
-    # fitted: above the reference on the prompts it was fitted to, near the start on the others
+    # fitted: above the reference on the prompts it was fitted to, below it on the others
     assert raw[("replay", "intermediate")] > max(raw[("reference", "intermediate")], anchors.reference), raw
-    heldout_normalized = ((raw[("replay", "heldout")] - split.anchors.start)
-                          / (split.anchors.reference - split.anchors.start))
-    assert heldout_normalized < 0.5, raw
+    assert raw[("replay", "heldout")] < min(raw[("reference", "heldout")], split.anchors.reference), raw
 
     made = report(db_path, budgets="5m", at="5m", n_bootstrap=200)
     assert made is not None

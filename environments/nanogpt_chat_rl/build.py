@@ -9,7 +9,7 @@ paper: the operator's GPT-2 XL weights, Alpaca prompts and RE-Bench's stored bas
 DIR/home:      student_model.pt (the starting checkpoint), vocab.json (tiny, ci), profile_params.json,
                annotator/ (the judge's prompt template and request settings, from the alpaca-eval
                package: annotator.py)
-DIR/workspace: data/prompts.jsonl (training prompts, no answers), chat.py and evaluation.py
+DIR/workspace: data/prompts.jsonl (training prompts, no answers, none held out), chat.py and evaluation.py
                (the scorer's sampling and judge client; model.py and rl_finetune.py come from
                the environment's workspace/)
 DIR/protected: prompts.jsonl (held-out: what every score call uses), reference_outputs/NAME.jsonl
@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +98,35 @@ def held_out_prompts(params: dict[str, Any], seed: int) -> tuple[list[str], list
     split's (`n_final`, none without it).
 
     The final prompts are the same draw of held-out prompts continued: `language.prompts` draws
-    them one after another and skips a text it already drew, so the first `n_test` are the
-    held-out prompts as before (byte for byte: the anchors measured on them stand) and the next
-    `n_final` are other prompts drawn by the same rule. Unlike the first ones, they were not kept
-    out of the training prompts and the corpus (drawn, as before, excluding the first `n_test`
-    only: excluding more would change the student, the baselines and every anchor). Kinds with
-    few texts (18 naming prompts) are mostly used up by the first `n_test`, so the final split
-    has fewer of them (README)."""
+    them one after another and skips a text it already drew, so the two splits share no prompt and
+    the first `n_test` are what they were before the final split existed. Kinds with few texts (18
+    naming prompts) are mostly used up by the first `n_test`, so the final split has fewer of them
+    (README)."""
     n_test = int(params["n_test"])
     drawn = [p.text for p in language.prompts(n_test + int(params.get("n_final", 0)), seed + 1, unique=True)]
     return drawn[:n_test], drawn[n_test:]
+
+
+@dataclass(frozen=True)
+class PromptDraws:
+    """Every prompt a tiny/ci build uses: the held-out splits, the agent's training prompts and
+    the prompts of the student's pretraining corpus (language.Prompt, the teacher answers them)."""
+
+    test: list[str]
+    final: list[str]
+    train: list[str]
+    corpus: list[Any]
+
+
+def draw_prompts(params: dict[str, Any], seed: int) -> PromptDraws:
+    """All of a build's prompt draws, seeded. The training prompts and the corpus exclude both
+    held-out splits, so that neither the agent nor the student saw a prompt either split scores
+    (tests/test_chat_prompt_draws.py checks the built `ci`)."""
+    test, final = held_out_prompts(params, seed)
+    held_out = {*test, *final}
+    train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
+    corpus = language.prompts(int(params["corpus_size"]), seed + 3, exclude=held_out)
+    return PromptDraws(test, final, train, corpus)
 
 
 def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, protected: Path) -> None:
@@ -121,17 +141,15 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
     (home / "vocab.json").write_text(json.dumps(vocab) + "\n", encoding="utf-8")
     tokenizer = chat.WordTokenizer(vocab)
 
-    test, final = held_out_prompts(params, seed)
-    held_out = set(test)
-    train = [p.text for p in language.prompts(int(params["n_train_prompts"]), seed + 2, exclude=held_out)]
+    draws = draw_prompts(params, seed)
+    test, final, train = draws.test, draws.final, draws.train
     write_jsonl(protected / "prompts.jsonl", [{"prompt": p} for p in test])
     write_jsonl(workspace / "data" / "prompts.jsonl", [{"prompt": p} for p in train])
 
     started = time.monotonic()
     colors = world["colors"]
     rng = random.Random(f"teacher-{seed}")
-    corpus = [(p.text, language.teacher_answer(p, colors, rng))
-              for p in language.prompts(int(params["corpus_size"]), seed + 3, exclude=held_out)]
+    corpus = [(p.text, language.teacher_answer(p, colors, rng)) for p in draws.corpus]
     config = GPTConfig(**params["student_config"])
     if config.vocab_size != len(vocab):
         raise SystemExit(f"student_config vocab_size {config.vocab_size} != the language's {len(vocab)} words")
@@ -162,9 +180,7 @@ def build_tiny(params: dict[str, Any], out: Path, home: Path, workspace: Path, p
                         names[1]: mean_rubric(judge, test, second_answers),
                         "best_of_n_winners": mean_rubric(judge, chosen, winners)}}
     if final:
-        # Last, from the finished baselines: nothing above (the intermediate split's prompts, the
-        # corpus, the student, the baselines and their answers) depends on it. The baselines answer
-        # the final prompts as the scorer samples them: a call of their own, seed 0.
+        # The baselines answer the final prompts as the scorer samples them: a call of their own, seed 0.
         write_jsonl(protected / FINAL_PROMPTS, [{"prompt": p} for p in final])
         summary["final_rubric_mean"] = {}
         for name, model in baselines.items():

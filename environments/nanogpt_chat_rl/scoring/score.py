@@ -27,7 +27,8 @@ final_reference_outputs/, the held-out final split the harness scores once after
 params-final.json; tiny and ci only, docs/heldout.md). A split of another name, or a final split
 that is missing, makes the score invalid.
 
-Raw score = mean over the two baselines of the win fraction; higher is better. Past
+Raw score = mean over the two baselines of the win fraction; higher is better (details: `raw_se`,
+its standard error over the prompts, each prompt's outcome averaged over the baselines). Past
 `max_eval_time_s` (600 s) of generating and judging the score is invalid, as in RE-Bench.
 """
 
@@ -120,16 +121,34 @@ def generation_settings(given: Any) -> dict[str, Any]:
     return {"temperature": float(temperature), "top_k": top_k, "max_new_tokens": limit}
 
 
-def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], judge: Any) -> tuple[float, int, int]:
-    """(fraction of prompts whose answer the judge prefers to the baseline's, judge calls made,
-    verdicts the parser could not read). `judge(prompts, pairs)` gives, per (answer, baseline)
-    pair, True (the answer is better), False or None (unreadable: a loss). Equal answers count
-    half without a call."""
+def outcomes(prompts: list[str], answers: list[str], baseline: list[str], judge: Any) -> tuple[list[float], int, int]:
+    """(per prompt 1 where the judge prefers the answer to the baseline's, 0.5 where they are
+    equal, else 0; judge calls made; verdicts the parser could not read). `judge(prompts, pairs)`
+    gives, per (answer, baseline) pair, True (the answer is better), False or None (unreadable:
+    a loss). Equal answers are not asked about."""
     asked = [i for i in range(len(prompts)) if answers[i] != baseline[i]]
     verdicts = judge([prompts[i] for i in asked], [(answers[i], baseline[i]) for i in asked])
-    wins = sum(verdict is True for verdict in verdicts)
-    ties = len(prompts) - len(asked)
-    return (wins + 0.5 * ties) / len(prompts), len(asked), sum(verdict is None for verdict in verdicts)
+    values = [0.5] * len(prompts)
+    for i, verdict in zip(asked, verdicts, strict=True):
+        values[i] = 1.0 if verdict is True else 0.0
+    return values, len(asked), sum(verdict is None for verdict in verdicts)
+
+
+def win_fraction(prompts: list[str], answers: list[str], baseline: list[str], judge: Any) -> tuple[float, int, int]:
+    """(fraction of prompts whose answer the judge prefers to the baseline's, equal answers half,
+    judge calls made, unreadable verdicts): `outcomes` summed."""
+    values, asked, unreadable = outcomes(prompts, answers, baseline, judge)
+    return sum(values) / len(prompts), asked, unreadable
+
+
+def standard_error(values: list[float]) -> float:
+    """The standard error of the mean of per-prompt values: the sampling error of the prompts,
+    the basis of the held-out split's probing margin (README)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((value - mean) ** 2 for value in values) / (n - 1) / n)
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +195,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
         return judge
 
     wins: dict[str, float] = {}
+    per_prompt: list[list[float]] = []
     calls = unreadable = 0
     try:
         for name in ctx["baselines"]:
@@ -183,9 +203,10 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
             if [row["prompt"] for row in stored] != prompts:
                 return {"raw": None, "message": {**message, "error": f"baseline {name}'s outputs do not match the "
                                                  "held-out prompts (a broken build)"}, "details": {}}
-            fraction, asked, unread = win_fraction(prompts, answers, [str(row["output"]) for row in stored],
-                                                   judge_with(f"{ctx.get('seed', 0)}:{name}"))
-            wins[name], calls, unreadable = fraction, calls + asked, unreadable + unread
+            values, asked, unread = outcomes(prompts, answers, [str(row["output"]) for row in stored],
+                                             judge_with(f"{ctx.get('seed', 0)}:{name}"))
+            wins[name], calls, unreadable = sum(values) / len(prompts), calls + asked, unreadable + unread
+            per_prompt.append(values)
     except (evaluation.JudgeError, evaluation.AnnotatorError) as exc:
         return {"raw": None, "message": {**message, "error": f"the judge failed: {exc}"[:500]}, "details": {}}
     except TimeoutError:
@@ -201,6 +222,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     lengths = [len(a.split()) for a in answers]
     return {"raw": raw, "message": message,
             "details": {"split": split, "generation": generation, "judge_calls": calls, "unreadable": unreadable,
+                        "raw_se": standard_error([sum(each) / len(each) for each in zip(*per_prompt, strict=True)]),
                         "mean_answer_words": sum(lengths) / len(lengths),
                         "examples": [{"prompt": p, "answer": a} for p, a in zip(prompts[:5], answers[:5], strict=True)],
                         "generation_s": round(generated_s, 1), "total_s": round(total_s, 1), "file": str(scored)}}
