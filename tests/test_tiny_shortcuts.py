@@ -98,19 +98,19 @@ def test_optimize_llm_foundry_skipping_only_the_evaluation_stays_well_below_the_
     assert value <= WELL_BELOW, (value, scored.result.message, reference.message)
 
 
-GREEDY_AT_THE_BAR = pytest.mark.xfail(reason=(
-    "a finding (README, Shortcuts on tiny): since the training prompts and the corpus exclude the final split "
-    "(issue 31), greedy decoding alone gets about half the reference's gain, 0.56 on ci's 48 prompts and 0.46 "
-    "on tiny's 128; closing it needs a teacher whose errors agree"), strict=False)
+GREEDY_BAR = 0.8
+"""Greedy decoding's own bar, above WELL_BELOW: since the training prompts and the corpus exclude the
+final split (issue 31) greedy alone gets about half the reference's gain (0.56 on `ci`'s 48 prompts,
+0.46 on `tiny`'s 128; README, Shortcuts on tiny), a finding that is not closed. This still fails if
+a change lets greedy reach most of the reference's gain; 48 prompts give it about 0.14 of sd."""
 
 
-@pytest.mark.parametrize("shortcut", [pytest.param("the untuned student, greedy", marks=GREEDY_AT_THE_BAR),
-                                      "the untuned student, the reference's sampling (0.7, top-k 8)"])
-def test_nanogpt_chat_rl_sampling_settings_alone_stay_well_below_the_reference(shortcut: str) -> None:
+@pytest.mark.parametrize("shortcut, bar", [("the untuned student, greedy", GREEDY_BAR),
+                                           ("the untuned student, the reference's sampling (0.7, top-k 8)",
+                                            WELL_BELOW)])
+def test_nanogpt_chat_rl_sampling_settings_alone_stay_well_below_the_reference(shortcut: str, bar: float) -> None:
     """No finetuning: the starting student resubmitted with other sampling settings, judged through the
-    gateway. The reference's sampling gets -0.21 on `ci`; greedy is at the bar (expected to fail, not
-    strictly: a build's weights differ a little between machines, and 48 prompts put the figure within a
-    standard error, about 0.14, of the bar). Constant answers and echoing the prompt:
-    tests/test_chat_env_model.py."""
+    gateway. The reference's sampling gets -0.21 on `ci`; greedy gets 0.56, under its own bar (GREEDY_BAR).
+    Constant answers and echoing the prompt: tests/test_chat_env_model.py."""
     [value] = scores("nanogpt_chat_rl", "ci", shortcut).values()
-    assert value is not None and value <= WELL_BELOW, value
+    assert value is not None and value <= bar, value
