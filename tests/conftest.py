@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -119,6 +120,13 @@ def fixture_envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(FIXTURE_ENVS, target)
     monkeypatch.setenv("REBENCH_ENVIRONMENTS", str(target))
     return target
+
+
+def interruptible() -> None:
+    """`preexec_fn` for a child a test sends SIGINT: its SIGINT back to the default, as a terminal's
+    Ctrl-C finds it. A suite started in the background (nohup, `&` in a script) ignores SIGINT, the
+    child would inherit that and, as a background job should, not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,

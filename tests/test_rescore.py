@@ -18,7 +18,7 @@ import yaml
 
 from rebench.scoring.rescore import ScoreSnapshot, choose_candidates, rescore_median
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, interruptible, run_cli
 
 A = "cycle 9 2 6 7"  # scored 9 by the agent; re-scored 2, 6, 7: median 6
 B = "cycle 8 7 7 7"  # scored 8 then 7 by the agent; re-scored 7, 7, 7: median 7
@@ -169,7 +169,7 @@ def test_interrupt_while_rescoring_leaves_a_rule_only_row(fixture_envs: Path, tm
         [sys.executable, "-m", "rebench.cli.app", "run", "--env", "counter", "--agent", "replay", "--agent-arg",
          f"script={script}", "--profile", "rescore", "--budget", "2m", "--backend", "local", "--db", str(db_path),
          "--no-calibrate"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not final_snapshot_taken(db_path):
         time.sleep(0.05)

@@ -17,7 +17,7 @@ import yaml
 
 from rebench.store.db import Store, integrity_ok
 
-from .conftest import REPO, run_cli, run_main
+from .conftest import REPO, interruptible, run_cli, run_main
 
 
 def script(tmp_path: Path, actions: list, name: str = "script.yaml") -> Path:
@@ -127,7 +127,7 @@ def test_sigint_marks_interrupted_keeps_scores_and_kills_processes(
         [sys.executable, "-m", "rebench.cli.app", "run", "--env", "counter", "--agent", "replay",
          "--agent-arg", f"script={path}", "--budget", "10m", "-k", "2", "--backend", "local", "--db", str(db_path)],
         env={**os.environ, "REBENCH_ENVIRONMENTS": str(fixture_envs)}, cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
