@@ -16,20 +16,10 @@ import pytest
 import yaml
 
 from .conftest import run_cli
+from .test_heldout_best_call import PROFILE  # the `heldout` profile both files add to `counter`
 
 pytestmark = pytest.mark.slow
 
-PROFILE = '''
-[profiles.heldout]
-resources = {{ gpus = 0, cpus = 1, memory_gb = 1 }}
-direction = "higher"
-final_score = "best"
-score_timeout_s = 5
-anchors = {{ start = 1.0, reference = 11.0, source = "by construction" }}
-params = {{ secret_file = "answer.txt", split = "intermediate" }}
-final_split = {{ params = {{ split = "final" }}, anchors = {{ start = 1.0, reference = 21.0 }}, margin = 0.1 }}
-snapshot = {{ max_bytes = {max_bytes} }}
-'''
 SCORER_FIX = ('    return {"raw": value,', '    if value > 8:  # the fix: over 8 was never right\n'
               '        return {"raw": None, "message": {"error": "over the limit"}}\n    return {"raw": value,')
 
