@@ -11,6 +11,7 @@ no other test starts until it ends (`parallel_gate`)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -99,6 +100,8 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Keep test virtualenvs, assets and attempt folders out of the user's cache; shared by the
     run's workers (the builds lock per content hash, so one builds and the others reuse)."""
     cache = Path(os.environ.get("REBENCH_TEST_CACHE") or shared_folder(tmp_path_factory, "rebench-cache"))
+    if os.environ.get("REBENCH_TEST_KEEP_ASSETS") and not os.environ.get("REBENCH_TEST_CACHE"):
+        keep_environment_assets(cache, Path(os.environ["REBENCH_TEST_KEEP_ASSETS"]))
     previous = os.environ.get("REBENCH_CACHE")
     os.environ["REBENCH_CACHE"] = str(cache)
     yield cache
@@ -106,6 +109,21 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("REBENCH_CACHE", None)
     else:
         os.environ["REBENCH_CACHE"] = previous
+
+
+def keep_environment_assets(cache: Path, keep: Path) -> None:
+    """The bundled environments' built assets live in `keep`, which outlasts the run (.ci/run sets
+    REBENCH_TEST_KEEP_ASSETS), so a run on the same machine trains only what changed: a folder per
+    profile and content hash (environment files, params, kit version), built under a lock and marked
+    complete last, is never rebuilt differently. Fixture environments keep theirs per run (their tests
+    count what a build leaves)."""
+    for toml in sorted((REPO / "environments").glob("*/environment.toml")):
+        kept = keep / toml.parent.name
+        kept.mkdir(parents=True, exist_ok=True)
+        link = cache / "assets" / toml.parent.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another worker of this run made it
+            link.symlink_to(kept, target_is_directory=True)
 
 
 @pytest.fixture
