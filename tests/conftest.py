@@ -116,7 +116,8 @@ def keep_environment_assets(cache: Path, keep: Path) -> None:
     REBENCH_TEST_KEEP_ASSETS), so a run on the same machine trains only what changed: a folder per
     profile and content hash (environment files, params, kit version), built under a lock and marked
     complete last, is never rebuilt differently. Fixture environments keep theirs per run (their tests
-    count what a build leaves)."""
+    count what a build leaves); .ci/run removes kept `paper` builds before each run (they come from
+    operator files the tests make, which the content hash does not cover)."""
     for toml in sorted((REPO / "environments").glob("*/environment.toml")):
         kept = keep / toml.parent.name
         kept.mkdir(parents=True, exist_ok=True)
