@@ -43,7 +43,7 @@ from rebench.rescoring.plan import (
     selected_ids,
 )
 from rebench.scoring.heldout import split_anchors
-from rebench.scoring.normalize import final_raw_score, normalize
+from rebench.scoring.normalize import normalize
 from rebench.scoring.rescore import rescore
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.window import anchor_solutions, resolved
@@ -296,10 +296,7 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
     in_force = ResolvedAnchors.model_validate(recorded[f"{env.name}/{item.profile}"]["anchors"])
     held = split_anchors(in_force, profile.final_split) if profile.final_split is not None else None
     anchors = resolved(summary.anchors) or in_force
-    final_raw = summary.final_raw
-    if item.rule == RULE_BEST:  # the attempt's own rule (finalize_row's function) over its calls re-scored
-        final_raw = final_raw_score([raw for c in summary.candidates for raw in c.raws], rule="best",
-                                    direction=profile.direction)
+    final_raw = summary.final_raw  # under `best` (one score each) the best of the calls re-scored, as the rule takes
     return Rescore(attempt_id=item.attempt_id, status=RescoreStatus.DONE, rule=item.rule,
                    env_version=env.version, content_hash=env.content_hash(item.profile),
                    final_raw=final_raw, final_normalized=normalize(final_raw, anchors.start, anchors.reference),
