@@ -203,6 +203,17 @@ def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
 def calibrated_kernel_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
     """A fresh database holding only this session's calibration of triton_cumsum (tiny), saved
     through the product's own `save_calibration` from the measured samples."""
+    return _kernel_calibration(tmp_path / "calibrated.db", kernel_first_run, "tiny")
+
+
+@pytest.fixture
+def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
+    """The same for the kernel's `ci` profile, whose scoring is tiny's (the same inputs, scorer and
+    parameters; only its re-score rounds are fewer): tiny's samples are ci's measurement."""
+    return _kernel_calibration(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
+
+
+def _kernel_calibration(db: Path, kernel_first_run: KernelRun, profile: str) -> Path:
     from rebench.calibration import save_calibration
     from rebench.environments.registry import EnvironmentRegistry
     from rebench.store import Store
@@ -211,11 +222,11 @@ def calibrated_kernel_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
         (samples,), = connection.execute(
             "select samples from calibrations where environment = 'triton_cumsum' and profile = 'tiny'").fetchall()
     measured = json.loads(samples)
-    db = tmp_path / "calibrated.db"
+    env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
+    assert env.profile(profile).params == env.profile("tiny").params, profile
     store = Store(db)
     try:
-        env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
-        save_calibration(store, env, "tiny", measured["start"], measured["reference"])
+        save_calibration(store, env, profile, measured["start"], measured["reference"])
     finally:
         store.close()
     return db

@@ -1,5 +1,6 @@
 """The kernel environment on the docker backend scores its reference solution as the
-local backend does (within timing noise), and leaves no container behind."""
+local backend does (within timing noise), and leaves no container behind. On the `ci` profile:
+tiny's task and scorer with two re-score rounds instead of seven."""
 
 from __future__ import annotations
 
@@ -42,16 +43,16 @@ def normalized(db: Path, backend: str) -> list[float]:
     return [value for _, _, value in rows]
 
 
-def test_reference_agent_scores_the_same_on_docker_and_local(calibrated_kernel_db: Path) -> None:
+def test_reference_agent_scores_the_same_on_docker_and_local(calibrated_kernel_ci_db: Path) -> None:
     engine = docker_engine()
     base_image(engine)
     for backend in ("docker", "local"):
-        built = cli("envs", "build", "triton_cumsum", "--profile", "tiny", "--backend", backend)
+        built = cli("envs", "build", "triton_cumsum", "--profile", "ci", "--backend", backend)
         assert built.returncode == 0, built.stderr
     scores = {}
     # One database, holding this session's calibration (same machine): its anchors serve both
     # backends, so the two normalized scores are on the same scale.
-    db = calibrated_kernel_db
+    db = calibrated_kernel_ci_db
     for backend in ("docker", "local"):
         result = cli(
             "run",
@@ -62,7 +63,7 @@ def test_reference_agent_scores_the_same_on_docker_and_local(calibrated_kernel_d
             "--agent-arg",
             "repeats=1",  # one score call per attempt: the check compares backends, not the best of several
             "--profile",
-            "tiny",
+            "ci",
             "--backend",
             backend,
             "--budget",

@@ -1,5 +1,6 @@
 """Whole attempts of the modular agent through `rebench run` (the CLI, the runner, the local
-backend, a real SQLite file) on the kernel environment's tiny profile, driven by the
+backend, a real SQLite file) on the kernel environment's `ci` profile (tiny's task with two
+re-score rounds instead of seven: these tests check the runner, not the timing), driven by the
 fake model server through the real SDK clients. Each attempt scores the starting
 solution first (~10 s), so these are slow."""
 # ruff: noqa: F811  (pytest fixtures imported from model_fixtures are parameters here)
@@ -51,7 +52,7 @@ def rebench_run(server: FakeModelServer, provider: str, db: Path, *extra: str, b
             "--base-url",
             target["base_url"],
             "--profile",
-            "tiny",
+            "ci",
             "--budget",
             budget,
             "--backend",
@@ -114,12 +115,12 @@ def test_agent_writes_a_faster_kernel_scores_and_submits(
     assert attempt["cost_usd"] == pytest.approx(expected_cost)
     assert attempt["model_wait_s"] >= 0.3
 
-    # the kernel's tiny profile re-scores the scored solution when the attempt ends, in rounds with the
+    # the kernel's ci profile (as tiny does) re-scores the scored solution when the attempt ends, in rounds with the
     # starting and reference solutions (its window anchors); the median counts
     baseline, intermediate, *window = attempt["scores"]
     assert baseline["kind"] == "baseline" and intermediate["kind"] == "intermediate"
     assert intermediate["valid"] and intermediate["raw"] < baseline["raw"]
-    repeats = EnvironmentRegistry(REPO / "environments").get("triton_cumsum").profile("tiny").rescore.repeats
+    repeats = EnvironmentRegistry(REPO / "environments").get("triton_cumsum").profile("ci").rescore.repeats
     assert [r["kind"] for r in window] == ["anchor_start", "anchor_reference", "rescore"] * repeats
     rescores = [r for r in window if r["kind"] == "rescore"]
     assert all(r["valid"] for r in window) and attempt["anchors_kind"] == "window"
@@ -182,7 +183,7 @@ def test_rate_limit_waits_pause_the_clock_from_the_command_line(
             "--base-url",
             base_url,
             "--profile",
-            "tiny",
+            "ci",
             "--budget",
             "5m",
             "--backend",

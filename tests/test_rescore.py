@@ -63,7 +63,8 @@ def test_candidates_are_best_distinct_contents() -> None:
 def test_final_is_rescored_median_and_the_agent_cannot_touch_it(fixture_envs: Path, tmp_path: Path,
                                                                db_path: Path) -> None:
     pid_file = tmp_path / "writer.pid"
-    writer = ("setsid bash -c 'sleep 0.3; while true; do echo 1000 > value.txt; sleep 0.01; done' "
+    # each rewrite is a rename, so the final snapshot never catches the file emptied halfway through one
+    writer = ("setsid bash -c 'sleep 0.3; while true; do echo 1000 > v.tmp; mv -f v.tmp value.txt; sleep 0.01; done' "
               f"> /dev/null 2>&1 < /dev/null & echo $! > {pid_file}")
     actions = [
         {"write_file": {"path": "value.txt", "content": A}}, {"score": {}},
