@@ -7,7 +7,7 @@ independent and slow sets `XDIST_SPREAD = True` to have them spread over the wor
 built once per run (environment virtualenvs and assets, the kernel's calibration) lives in a
 folder all workers share, made under a file lock by whichever worker needs it first. A test
 marked `alone` (a wall-clock limit or a timing it compares) waits until no other test runs, and
-no other test starts until it ends (`parallel_gate`)."""
+no other test starts until it ends (`parallel_gate`); the `alone` tests are handed out last."""
 
 from __future__ import annotations
 
@@ -33,13 +33,27 @@ FIXTURE_ENVS = Path(__file__).parent / "fixtures" / "envs"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """One xdist group per test file unless the file spreads its tests (see the module docstring);
-    files named in SLOW_FIRST are handed out first, so the longest groups do not end the run alone."""
+    files named in SLOW_FIRST are handed out first, so the longest groups do not end the run alone.
+    The `alone` tests are one group, handed out last: run there one after another, each waits for
+    the other worker only while that one still has tests; scattered through the run, each `alone`
+    test left a worker idle until the other worker's current test ended."""
     for item in items:
         module = getattr(item, "module", None)
-        if item.get_closest_marker("xdist_group") is None and not getattr(module, "XDIST_SPREAD", False):
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if item.get_closest_marker("alone") is not None:
+            item.add_marker(pytest.mark.xdist_group(ALONE_GROUP))
+        elif not getattr(module, "XDIST_SPREAD", False):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     first = {name: rank for rank, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        return (item.get_closest_marker("alone") is not None, first.get(item.nodeid.split("::", 1)[0], len(first)))
+
+    items.sort(key=order)
+
+
+ALONE_GROUP = "alone"
 
 
 # The test files that take longest in CI, longest first (the run's slowest tests say which).
