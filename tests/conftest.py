@@ -1,13 +1,13 @@
 """Shared fixtures: a throwaway database, cache and environments folder per test run, and the
 kernel environment's calibration, measured once per run.
 
-The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml). Each test file
-is one group, so its module fixtures are made once, on one worker; a file whose tests are
-independent and slow sets `XDIST_SPREAD = True` to have them spread over the workers. What is
-built once per run (environment virtualenvs and assets, the kernel's calibration) lives in a
-folder all workers share, made under a file lock by whichever worker needs it first. A test
-marked `alone` (a wall-clock limit or a timing it compares) waits until no other test runs, and
-no other test starts until it ends (`parallel_gate`); the `alone` tests are handed out last."""
+The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml): each test is
+handed to whichever worker is free (xdist reads `xdist_group` markers before this file's
+collection hook runs, so groups added here would do nothing; a test file may still mark its own).
+What is built once per run (environment virtualenvs and assets, the kernel's calibration) lives in
+a folder all workers share, made under a file lock by whichever worker needs it first. A test
+marked `alone` (a wall-clock limit or a timing it compares) waits until no other test runs, and no
+other test starts until it ends (`parallel_gate`); the `alone` tests are handed out last."""
 
 from __future__ import annotations
 
@@ -32,28 +32,16 @@ FIXTURE_ENVS = Path(__file__).parent / "fixtures" / "envs"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per test file unless the file spreads its tests (see the module docstring);
-    files named in SLOW_FIRST are handed out first, so the longest groups do not end the run alone.
-    The `alone` tests are one group, handed out last: run there one after another, each waits for
-    the other worker only while that one still has tests; scattered through the run, each `alone`
-    test left a worker idle until the other worker's current test ended."""
-    for item in items:
-        module = getattr(item, "module", None)
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        if item.get_closest_marker("alone") is not None:
-            item.add_marker(pytest.mark.xdist_group(ALONE_GROUP))
-        elif not getattr(module, "XDIST_SPREAD", False):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    """Hand out the files named in SLOW_FIRST first, so the longest tests do not end the run alone,
+    and the `alone` tests last: run one after another at the end, each waits only for the other
+    worker's last tests; scattered through the run, each one left a worker idle until the other
+    worker's current test ended."""
     first = {name: rank for rank, name in enumerate(SLOW_FIRST)}
 
     def order(item: pytest.Item) -> tuple[bool, int]:
         return (item.get_closest_marker("alone") is not None, first.get(item.nodeid.split("::", 1)[0], len(first)))
 
     items.sort(key=order)
-
-
-ALONE_GROUP = "alone"
 
 
 # The test files that take longest in CI, longest first (the run's slowest tests say which).

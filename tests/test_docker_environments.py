@@ -17,7 +17,6 @@ from .conftest import REPO, run_cli
 from .docker_support import base_image, docker_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-XDIST_SPREAD = True  # one test per environment, independent: spread over the workers (tests/conftest.py)
 
 HELD_OUT = {
     "activation_sparsity": ["heldout.bin", "final.bin"],

@@ -23,7 +23,6 @@ from tests.conftest import REPO, run_cli
 from tests.docker_support import base_image, docker_engine, run
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
-XDIST_SPREAD = True  # one test per environment, independent: spread over the workers (tests/conftest.py)
 
 ENVIRONMENTS = ["activation_sparsity", "fix_embedding", "high_norm_tokens", "nanogpt_chat_rl", "optimize_llm_foundry",
                 "restricted_mlm", "rust_codecontests_inference", "small_scaling_law", "triton_cumsum"]
