@@ -211,7 +211,8 @@ def calibrated_kernel_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
 @pytest.fixture
 def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
     """The same for the kernel's `ci` profile, whose scoring is tiny's (the same inputs, scorer and
-    parameters; only its re-score rounds are fewer): tiny's samples are ci's measurement."""
+    parameters; only its re-score rounds are fewer; environments/triton_cumsum/tests checks that):
+    tiny's samples are ci's measurement."""
     return _kernel_calibration(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
 
 
@@ -225,7 +226,6 @@ def _kernel_calibration(db: Path, kernel_first_run: KernelRun, profile: str) -> 
             "select samples from calibrations where environment = 'triton_cumsum' and profile = 'tiny'").fetchall()
     measured = json.loads(samples)
     env = EnvironmentRegistry(REPO / "environments").get("triton_cumsum")
-    assert env.profile(profile).params == env.profile("tiny").params, profile
     store = Store(db)
     try:
         save_calibration(store, env, profile, measured["start"], measured["reference"])

@@ -109,6 +109,23 @@ def test_the_paper_start_is_re_benchs_with_its_redundant_where_and_only_paper_ge
     assert "True, False" not in (HERE / "workspace" / "solution.py").read_text()
 
 
+def test_the_ci_profile_is_tiny_but_for_its_re_score_rounds() -> None:
+    """`ci` repeats tiny's table in environment.toml (profiles do not inherit): the same inputs,
+    scorer settings, starting solution, limits and declared anchors, fewer re-score rounds. A change
+    to one that is not made to the other fails here."""
+    from rebench.environments.registry import EnvironmentRegistry
+
+    env = EnvironmentRegistry(HERE.parent).get("triton_cumsum")
+    tiny, ci = env.profile("tiny"), env.profile("ci")
+    assert ci.params == tiny.params
+    assert env.workspace_for("ci") == env.workspace_for("tiny")
+    assert (ci.anchors.start, ci.anchors.reference) == (tiny.anchors.start, tiny.anchors.reference)
+    same = ("hardware", "resources", "direction", "final_score", "score_timeout_s", "score_visible", "network",
+            "hardware_dependent", "snapshot", "assets", "gateway", "final_split")
+    assert {name: getattr(ci, name) for name in same} == {name: getattr(tiny, name) for name in same}
+    assert ci.rescore.repeats < tiny.rescore.repeats
+
+
 def test_paper_requirements_pin_the_versions_its_text_names() -> None:
     """RE-Bench told agents "Triton 2.3.1 is installed"; the paper profile installs what it says."""
     pins = {}
