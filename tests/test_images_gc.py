@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +15,9 @@ from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND
 from .conftest import run_cli
 from .docker_support import base_image, docker_engine
 
-pytestmark = pytest.mark.docker
+# one worker runs this file's tests in turn: gc reports the engine-wide change in layer bytes, which
+# another of them building or removing its fixture images at the same moment would hide
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("images-gc")]
 
 
 def _generation(engine: object, base: str, name: str, generation: int, folder: Path) -> str:
@@ -117,3 +120,24 @@ def test_images_gc_removes_an_agent_layer_with_its_superseded_environment_image(
     finally:
         for tag in agents + tags:
             engine.remove_image(tag)
+
+
+def test_layer_bytes_wait_out_another_disk_usage_walk() -> None:
+    """The engine refuses a second `system df` while one is running (a 500, not a queue); four asked
+    at once all get the size, as two gc runs (or a user's `docker system df`) at once would."""
+    engine = docker_engine()
+    results: list[object] = []
+
+    def ask() -> None:
+        try:
+            results.append(engine.layers_bytes())
+        except Exception as error:  # the refusal is what the test looks for
+            results.append(error)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [type(r) for r in results] == [int] * 4, results
+    assert min(results) > 0  # type: ignore[type-var]

@@ -84,6 +84,8 @@ class ImageGcReport(BaseModel):
     refused: list[ImageEntry] = Field(default_factory=list)
     """The engine would not remove it (a child image or a container made since the listing)."""
     freed_bytes: int = 0
+    """The engine's layer bytes before the removals less after: engine-wide, so an image another process
+    builds meanwhile makes it read low."""
 
 
 def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,9 +163,20 @@ class DockerEngine:
         found = self.client.containers.list(all=True, ignore_removed=True)
         return {str(c.attrs.get("Image", "")) for c in found}
 
-    def layers_bytes(self) -> int:
-        """What the engine's image layers take on disk (shared layers once), as `docker system df` says."""
-        return int(self.client.api.df().get("LayersSize") or 0)
+    def layers_bytes(self, wait_s: float = 120.0) -> int:
+        """What the engine's image layers take on disk (shared layers once), as `docker system df` says.
+
+        The engine runs one disk-usage walk at a time and refuses a second ("a disk usage operation is
+        already running") rather than queueing it, so another process's `system df` (or gc) is waited out.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return int(self.client.api.df().get("LayersSize") or 0)
+            except docker.errors.APIError as error:
+                if "already running" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def disk_usage(self) -> tuple[int, int] | None:
         """(used, total) bytes of the file system holding the engine's data, when it is on this host."""
