@@ -6,8 +6,10 @@ handed to whichever worker is free (xdist reads `xdist_group` markers before thi
 collection hook runs, so groups added here would do nothing; a test file may still mark its own).
 What is built once per run (environment virtualenvs and assets, the kernel's calibration) lives in
 a folder all workers share, made under a file lock by whichever worker needs it first. A test
-marked `alone` (a wall-clock limit or a timing it compares) waits until no other test runs, and no
-other test starts until it ends (`parallel_gate`); the `alone` tests are handed out last."""
+marked `alone` (a timing it compares) waits until no other test runs, and no other test starts until
+it ends; a test marked `one_core` (a single process with a wall-clock limit) runs beside another
+`one_core` test only, each on a core of its own (`parallel_gate`). Both kinds are handed out last,
+the `one_core` ones first, so they run in pairs."""
 
 from __future__ import annotations
 
@@ -33,13 +35,12 @@ FIXTURE_ENVS = Path(__file__).parent / "fixtures" / "envs"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Hand out the files named in SLOW_FIRST first, so the longest tests do not end the run alone,
-    and the `alone` tests last: run one after another at the end, each waits only for the other
-    worker's last tests; scattered through the run, each one left a worker idle until the other
-    worker's current test ended."""
+    then the `one_core` tests (in pairs, one per worker) and the `alone` tests last: scattered
+    through the run, each one left a worker idle until the other worker's current test ended."""
     first = {name: rank for rank, name in enumerate(SLOW_FIRST)}
 
-    def order(item: pytest.Item) -> tuple[bool, int]:
-        return (item.get_closest_marker("alone") is not None, first.get(item.nodeid.split("::", 1)[0], len(first)))
+    def order(item: pytest.Item) -> tuple[int, int]:
+        return (_gate_class(item).rank, first.get(item.nodeid.split("::", 1)[0], len(first)))
 
     items.sort(key=order)
 
@@ -62,28 +63,53 @@ SLOW_FIRST = (
 )
 
 
+@dataclass(frozen=True)
+class _GateClass:
+    name: str  # tests of one class run beside each other; "alone" beside nothing
+    rank: int  # the order they are handed out in
+
+
+def _gate_class(item: pytest.Item) -> _GateClass:
+    if item.get_closest_marker("alone") is not None:
+        return _GateClass("alone", 2)
+    if item.get_closest_marker("one_core") is not None:
+        return _GateClass("one_core", 1)
+    return _GateClass("shared", 0)
+
+
 @pytest.fixture(autouse=True)
 def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under xdist, every test holds the run lock shared and an `alone` test holds it exclusively.
-    The gate lock, held while a test takes the run lock (and by an `alone` test throughout), stops
-    new tests from starting while an `alone` one waits for the running ones to end."""
+    """Under xdist, a test holds its class's lock shared while it runs: `shared` (most tests) or
+    `one_core`; it enters only after taking the other class's lock exclusively for a moment (no test
+    of that class runs), under the gate lock, which makes entering one at a time, so nothing of the
+    other class can enter in between. An `alone` test takes both class locks exclusively and keeps
+    the gate until it ends, so no test starts beside it."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     folder = shared_folder(tmp_path_factory, "parallel-gate")
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(folder / "gate", "a") as gate, open(folder / "run", "a") as run:
+    kind = _gate_class(request.node).name
+    with open(folder / "gate", "a") as gate, open(folder / "shared", "a") as shared, \
+            open(folder / "one_core", "a") as one_core:
+        own, other = (one_core, shared) if kind == "one_core" else (shared, one_core)
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
-            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            if kind == "alone":
+                fcntl.flock(shared, fcntl.LOCK_EX)
+                fcntl.flock(one_core, fcntl.LOCK_EX)
+            else:
+                fcntl.flock(other, fcntl.LOCK_EX)
+                fcntl.flock(other, fcntl.LOCK_UN)
+                fcntl.flock(own, fcntl.LOCK_SH)
         finally:
-            if not alone:
+            if kind != "alone":
                 fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            fcntl.flock(run, fcntl.LOCK_UN)
-            if alone:
+            fcntl.flock(shared, fcntl.LOCK_UN)
+            fcntl.flock(one_core, fcntl.LOCK_UN)
+            if kind == "alone":
                 fcntl.flock(gate, fcntl.LOCK_UN)
 
 

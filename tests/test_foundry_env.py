@@ -361,7 +361,7 @@ CHEATS = {
 }
 
 
-@pytest.mark.alone  # finetune.sh has a wall-clock limit
+@pytest.mark.one_core  # finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_copied_models_and_changed_hyperparameters_are_invalid(ci_build: tuple[Path, Path], tmp_path: Path) -> None:
@@ -401,7 +401,7 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.alone  # finetune.sh has a wall-clock limit
+@pytest.mark.one_core  # finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(

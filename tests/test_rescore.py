@@ -159,7 +159,7 @@ def final_snapshot_taken(db: Path) -> bool:
         return False
 
 
-@pytest.mark.alone  # the interrupt must land while the re-scoring still runs
+@pytest.mark.one_core  # the interrupt must land while the re-scoring still runs
 def test_interrupt_while_rescoring_leaves_a_rule_only_row(fixture_envs: Path, tmp_path: Path,
                                                           db_path: Path) -> None:
     script = tmp_path / "script.yaml"

@@ -24,7 +24,7 @@ from .conftest import REPO
 ENV = "rust_codecontests_inference"
 REFERENCE = (REPO / "environments" / ENV / "reference" / "solve_code_contests_rust.py").read_text()
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # the fixed model answers within a wall-clock limit per problem
+pytestmark = [pytest.mark.slow, pytest.mark.one_core]  # the fixed model answers within a wall-clock limit per problem
 
 
 def run(db: Path, *argv: str) -> int:

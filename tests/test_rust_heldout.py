@@ -34,7 +34,7 @@ ENV = "rust_codecontests_inference"
 ENV_DIR = REPO / "environments" / ENV
 PARAMS = tomllib.loads((ENV_DIR / "environment.toml").read_text())["profiles"]["ci"]["params"]
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone,  # the fixed model answers within a wall-clock limit per problem
+pytestmark = [pytest.mark.slow, pytest.mark.one_core,  # the fixed model answers within a wall-clock limit per problem
               pytest.mark.skipif(shutil.which("rustc") is None, reason="rustc is not installed")]
 
 
