@@ -72,7 +72,8 @@ def _codex_steps() -> list[dict[str, Any]]:
 def _run(agent: str, model: str, server: FakeModelServer, db: Path, base_url: str) -> Any:
     return run_cli("run", "--env", "triton_cumsum", "--agent", agent, "--model", model, "--base-url", base_url,
                    "--profile", "tiny", "--budget", "10m", "-k", "1", "--backend", "docker", "--db", str(db),
-                   "--final-rule", "best",  # no re-scoring: the agent's run is what is under test
+                   # no anchors measured and no re-scoring: the agent's run is what is under test
+                   "--final-rule", "best", "--no-calibrate",
                    env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY, "OPENAI_COMPATIBLE_API_KEY": KEY},
                    timeout=2400)
 
@@ -130,29 +131,29 @@ def _check_export(db: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert any(event.output.message.tool_calls for event in events)
 
 
-def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, calibrated_kernel_db: Path,
+def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, db_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     with FakeModelServer(_claude_steps(), require_key=KEY, aside=_side_call) as server:
-        result = _run("claude-code", "anthropic/claude-test-model", server, calibrated_kernel_db, server.url)
+        result = _run("claude-code", "anthropic/claude-test-model", server, db_path, server.url)
         assert result.returncode == 0, result.stdout + result.stderr
-        _check_attempt(calibrated_kernel_db, server)
-        _check_export(calibrated_kernel_db, tmp_path / "logs", capsys)
-        shown = run_cli("attempts", "show", "1", "--db", str(calibrated_kernel_db))
+        _check_attempt(db_path, server)
+        _check_export(db_path, tmp_path / "logs", capsys)
+        shown = run_cli("attempts", "show", "1", "--db", str(db_path))
         flat = re.sub(r"[\s│]+", " ", shown.stdout)  # the events table's cells, unwrapped
         assert flat.count("tool calls: Bash(") >= 4, shown.stdout
         assert flat.index("task score") < flat.rindex("said: Done: scored once."), shown.stdout
 
 
 def test_codex_runs_an_attempt_through_the_gateway_on_an_anthropic_upstream(
-        tmp_path: Path, calibrated_kernel_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Across providers: Codex speaks OpenAI Responses, the upstream Anthropic Messages; the gateway
     translates each request, and each streamed answer back, tool calls included."""
     with FakeModelServer(_codex_steps(), require_key=KEY, aside=_side_call) as server:
-        result = _run("codex", "anthropic/claude-test-model", server, calibrated_kernel_db, server.url)
+        result = _run("codex", "anthropic/claude-test-model", server, db_path, server.url)
         assert result.returncode == 0, result.stdout + result.stderr
         assert {r.api for r in server.requests} == {"anthropic"}
-        _check_attempt(calibrated_kernel_db, server)
-        _check_export(calibrated_kernel_db, tmp_path / "logs", capsys)
+        _check_attempt(db_path, server)
+        _check_export(db_path, tmp_path / "logs", capsys)
 
 
 def _by_agent(scripts: dict[str, list[dict[str, Any]]]) -> Any:
@@ -170,21 +171,21 @@ def _by_agent(scripts: dict[str, list[dict[str, Any]]]) -> Any:
     return answer
 
 
-def test_one_campaign_runs_claude_code_and_codex_on_an_openai_compatible_upstream(calibrated_kernel_db: Path) -> None:
+def test_one_campaign_runs_claude_code_and_codex_on_an_openai_compatible_upstream(db_path: Path) -> None:
     """`--agent claude-code,codex` is one campaign with an attempt of each; Claude Code's Messages requests
     are translated to the upstream's Chat Completions (and its streams back), Codex's Responses pass on."""
     scripts = {"claude-code": _claude_steps(), "codex": _codex_steps()}
     with FakeModelServer([], require_key=KEY, aside=_by_agent(scripts)) as server:
-        result = _run("claude-code,codex", "openai-compatible/gpt-test-model", server, calibrated_kernel_db,
+        result = _run("claude-code,codex", "openai-compatible/gpt-test-model", server, db_path,
                       server.openai_url)
         assert result.returncode == 0, result.stdout + result.stderr
         assert scripts == {"claude-code": [], "codex": []}  # each agent went through its whole episode
         assert {r.api for r in server.requests} <= {"openai", "responses"}
         for agent in scripts:
-            _check_attempt(calibrated_kernel_db, server, agent)
-    with sqlite3.connect(calibrated_kernel_db) as connection:
+            _check_attempt(db_path, server, agent)
+    with sqlite3.connect(db_path) as connection:
         assert len({c for (c,) in connection.execute("select campaign_id from attempts")}) == 1
-    report = run_cli("report", "--json", "--db", str(calibrated_kernel_db))
+    report = run_cli("report", "--json", "--db", str(db_path))
     assert report.returncode == 0, report.stderr
     assert {row["agent"] for row in json.loads(report.stdout)} == {
         "claude-code/openai-compatible/gpt-test-model", "codex/openai-compatible/gpt-test-model"}, report.stdout
@@ -200,7 +201,7 @@ command = "echo '# the sleeper was here' >> solution.py; sleep 100000"
 
 
 def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapshotted(
-        tmp_path: Path, calibrated_kernel_db: Path) -> None:
+        tmp_path: Path, db_path: Path) -> None:
     declarations = tmp_path / "agents"
     declarations.mkdir()
     (declarations / "sleeper.toml").write_text(SLEEPER)
@@ -208,12 +209,12 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
-                         "--final-rule", "best",
-                         "--db", str(calibrated_kernel_db),
+                         "--final-rule", "best", "--no-calibrate",
+                         "--db", str(db_path),
                          env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
                          timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
-    with sqlite3.connect(calibrated_kernel_db) as connection:
+    with sqlite3.connect(db_path) as connection:
         (status, limit, submitted, snapshot, working), = connection.execute(
             "select status, limit_reason, submitted, snapshot_path, working_s from attempts").fetchall()
     assert (status, limit, submitted) == ("limit", "time", 0)

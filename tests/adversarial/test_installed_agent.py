@@ -32,19 +32,19 @@ command = "rm -rf ~/logs; ln -s /opt/rebench ~/logs; ls -la ~/logs/ > /dev/null 
 
 
 def test_session_log_collection_does_not_follow_the_agents_links(tmp_path: Path,
-                                                                 calibrated_kernel_db: Path) -> None:
+                                                                 db_path: Path) -> None:
     declarations = tmp_path / "agents"
     declarations.mkdir()
     (declarations / "linker.toml").write_text(DECLARATION)
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "linker", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "5m", "--backend", "docker",
-                         "--final-rule", "best",
-                         "--db", str(calibrated_kernel_db),
+                         "--final-rule", "best", "--no-calibrate",
+                         "--db", str(db_path),
                          env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
                          timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
-    with sqlite3.connect(calibrated_kernel_db) as connection:
+    with sqlite3.connect(db_path) as connection:
         (snapshot,), = connection.execute("select snapshot_path from attempts").fetchall()
     base = Path(snapshot).parent if Path(snapshot).name == "final" else Path(snapshot)
     agent_dir = base.with_name(base.name + "-agent")
