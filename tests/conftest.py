@@ -45,8 +45,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=order)
 
 
-# The test files that take longest in CI, longest first (the run's slowest tests say which).
+# The test files that take longest in CI, longest first (the run's slowest tests say which). The kernel
+# campaign leads: it makes the session's kernel calibration (`kernel_first_run`), which the other
+# worker would otherwise wait for when its test needs the same.
 SLOW_FIRST = (
+    "tests/test_kernel_campaign.py",
     "tests/adversarial/test_scorer_reads.py",
     "tests/test_docker_environments.py",
     "tests/adversarial/test_installed_agent.py",
@@ -54,7 +57,6 @@ SLOW_FIRST = (
     "tests/adversarial/test_foundry_cache.py",
     "tests/test_docker_kernel.py",
     "tests/test_chat_env_docker.py",
-    "tests/test_kernel_campaign.py",
     "tests/test_modular_runner.py",
     "tests/test_model_envs_campaign.py",
     "tests/test_rust_heldout.py",
