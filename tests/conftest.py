@@ -61,6 +61,7 @@ SLOW_FIRST = (
     "tests/test_model_envs_campaign.py",
     "tests/test_rust_heldout.py",
     "tests/test_chat_heldout.py",
+    "tests/test_gpu_validation.py",
     "tests/adversarial/test_mlm_rules.py",
 )
 

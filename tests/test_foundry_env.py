@@ -326,9 +326,7 @@ def train_on_own_data(python: Path, solution: Path) -> Path:
     return solution / "trained_model"
 
 
-# finetune.sh has a wall-clock limit; the timings compared are CPU time (over 2x apart, about 7x measured),
-# which a single process on the other core barely moves
-@pytest.mark.one_core
+@pytest.mark.alone  # timings compared, and finetune.sh has a wall-clock limit
 @pytest.mark.slow
 @pytest.mark.torch
 def test_start_and_reference_train_the_reference_weights_and_the_reference_is_over_twice_as_fast(
@@ -363,7 +361,7 @@ CHEATS = {
 }
 
 
-@pytest.mark.one_core  # finetune.sh has a wall-clock limit
+@pytest.mark.alone  # finetune.sh has a wall-clock limit (paired with another test, a start run took 95 CPU-s, not 33)
 @pytest.mark.slow
 @pytest.mark.torch
 def test_copied_models_and_changed_hyperparameters_are_invalid(ci_build: tuple[Path, Path], tmp_path: Path) -> None:
@@ -403,7 +401,7 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.one_core  # finetune.sh has a wall-clock limit
+@pytest.mark.alone  # finetune.sh has a wall-clock limit (paired with another test, a start run took 95 CPU-s, not 33)
 @pytest.mark.slow
 @pytest.mark.torch
 def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(

@@ -83,9 +83,7 @@ def test_triton_cumsum_answers_not_computed_from_the_calls_input_are_invalid(sho
     assert list(scores("triton_cumsum", "tiny", shortcut).values()) == [None]
 
 
-# finetune.sh has a wall-clock limit; the timings compared are CPU time (the shortcut measured at 0.1-0.2
-# against a bar of 0.5, README), which a single process on the other core barely moves
-@pytest.mark.one_core
+@pytest.mark.alone  # timings compared, and finetune.sh has a wall-clock limit
 def test_optimize_llm_foundry_skipping_only_the_evaluation_stays_well_below_the_reference() -> None:
     """Timings depend on the machine: the shortcut is measured beside the reference in the same run, and
     the start-to-reference gap is the declared anchors' (normalized = 1 - ln(shortcut / reference) / gap)."""

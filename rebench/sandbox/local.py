@@ -79,12 +79,20 @@ def _kill_marked(variable: str, settle_s: float = 2.0) -> int:
 
     Returns only once what it killed has died (or after `settle_s`): SIGKILL takes effect when
     the target is next scheduled, which on a busy machine can be after kill() returns, and a
-    caller such as stop() promises that nothing of the sandbox runs afterwards."""
+    caller such as stop() promises that nothing of the sandbox runs afterwards. Quiet means two
+    sweeps 50 ms apart find nothing: one sweep can miss a process that a fork or an exec makes at
+    that moment (seen under load: a background `nohup setsid sleep` outlived stop())."""
     killed = 0
-    for _ in range(5):  # a fork loop can spawn while we kill; sweep until quiet
+    quiet = 0
+    for _ in range(8):  # a fork loop can spawn while we kill; sweep until quiet
         pids = [p for p in _processes_with(variable) if p != os.getpid()]
         if not pids:
-            break
+            quiet += 1
+            if quiet == 2:
+                break
+            time.sleep(0.05)
+            continue
+        quiet = 0
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
