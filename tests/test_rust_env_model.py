@@ -78,8 +78,9 @@ def test_modular_agent_writes_a_solution_evaluates_and_scores(
     three validation problems (its own meter), scores (the scorer's meter) and submits."""
     model_server.add(
         {"tool_calls": [call("python", code=f"open('solve_code_contests_rust.py', 'w').write({REFERENCE!r})")]},
+        # the bash tool's default 10 s is too short for three problems beside another test's load
         {"tool_calls": [call("bash", command="python evaluate.py data/valid.jsonl solve_code_contests_rust "
-                                             "--api-env $REBENCH_HOME/api.env --limit 3")]},
+                                             "--api-env $REBENCH_HOME/api.env --limit 3", timeout_s=120)]},
         {"tool_calls": [call("score")]},
         {"tool_calls": [call("submit")]},
     )
