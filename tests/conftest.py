@@ -7,9 +7,11 @@ collection hook runs, so groups added here would do nothing; a test file may sti
 What is built once per run (environment virtualenvs and assets, the kernel's calibration) lives in
 a folder all workers share, made under a file lock by whichever worker needs it first. A test
 marked `alone` (a timing it compares) waits until no other test runs, and no other test starts until
-it ends; a test marked `one_core` (a single process with a wall-clock limit) runs beside another
-`one_core` test only, each on a core of its own (`parallel_gate`). Both kinds are handed out last,
-the `one_core` ones first, so they run in pairs."""
+it ends; a test marked `one_core` (a single process with a wall-clock limit far above its run time)
+runs beside another `one_core` test only (`parallel_gate`). Both kinds are handed out last, the
+`one_core` ones first, so they run in pairs. A pair is not two free cores: two CPU-bound processes
+here slowed each other up to threefold (a foundry finetune paired went from 33 to 95 CPU-s and ran
+over its limit), so a limit that is not far above the test's run time still needs `alone`."""
 
 from __future__ import annotations
 
@@ -213,8 +215,8 @@ def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
     """One reference attempt on the kernel environment's tiny profile (local backend) on a fresh
     database, which makes `rebench run` measure the anchors first. Measuring them takes six score
     calls, so it happens once per run (the first worker that needs it; the others wait and read
-    its record): tests/test_kernel_campaign.py checks this run, and every other test that needs
-    calibrated anchors copies them (`calibrated_kernel_db`)."""
+    its record): tests/test_kernel_campaign.py checks this run, and the tests that need calibrated
+    anchors copy them (`calibrated_kernel_ci_db`) or reuse the run (tests/inspect_campaigns.py)."""
     folder = shared_folder(tmp_path_factory, "kernel-first-run")
     db, record = folder / "kernel.db", folder / "result.json"
     with FileLock(str(folder / "lock")):
@@ -231,17 +233,11 @@ def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
 
 
 @pytest.fixture
-def calibrated_kernel_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
-    """A fresh database holding only this session's calibration of triton_cumsum (tiny), saved
-    through the product's own `save_calibration` from the measured samples."""
-    return _kernel_calibration(tmp_path / "calibrated.db", kernel_first_run, "tiny")
-
-
-@pytest.fixture
 def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
-    """The same for the kernel's `ci` profile, whose scoring is tiny's (the same inputs, scorer and
-    parameters; only its re-score rounds are fewer; environments/triton_cumsum/tests checks that):
-    tiny's samples are ci's measurement."""
+    """A fresh database holding only a calibration of the kernel's `ci` profile, saved through the
+    product's own `save_calibration` from this session's tiny samples: ci's scoring is tiny's (the
+    same inputs, scorer and parameters; only its re-score rounds are fewer;
+    environments/triton_cumsum/tests checks that), so tiny's samples are ci's measurement."""
     return _kernel_calibration(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
 
 
