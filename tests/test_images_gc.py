@@ -15,9 +15,7 @@ from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND
 from .conftest import run_cli
 from .docker_support import base_image, docker_engine
 
-# one worker runs this file's tests in turn: gc reports the engine-wide change in layer bytes, which
-# another of them building or removing its fixture images at the same moment would hide
-pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("images-gc")]
+pytestmark = pytest.mark.docker
 
 
 def _generation(engine: object, base: str, name: str, generation: int, folder: Path) -> str:
@@ -116,13 +114,15 @@ def test_images_gc_removes_an_agent_layer_with_its_superseded_environment_image(
         assert report["refused"] == []
         assert sorted(tag for entry in report["kept_newest"] for tag in entry["tags"]) == sorted([tags[1], agents[1]])
         assert engine.image_id(tags[0]) is None and engine.image_id(agents[0]) is None
+        # the environment image's 1 MiB layer was shared with the agent's image until that went first
+        assert report["freed_bytes"] >= 1024 * 1024 + 1024, report["freed_bytes"]
         assert engine.image_id(tags[1]) and engine.image_id(agents[1])
     finally:
         for tag in agents + tags:
             engine.remove_image(tag)
 
 
-def test_layer_bytes_wait_out_another_disk_usage_walk() -> None:
+def test_image_bytes_wait_out_another_disk_usage_walk() -> None:
     """The engine refuses a second `system df` while one is running (a 500, not a queue); four asked
     at once all get the size, as two gc runs (or a user's `docker system df`) at once would."""
     engine = docker_engine()
@@ -130,7 +130,7 @@ def test_layer_bytes_wait_out_another_disk_usage_walk() -> None:
 
     def ask() -> None:
         try:
-            results.append(engine.layers_bytes())
+            results.append(engine.unique_image_bytes())
         except Exception as error:  # the refusal is what the test looks for
             results.append(error)
 
@@ -139,5 +139,36 @@ def test_layer_bytes_wait_out_another_disk_usage_walk() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert [type(r) for r in results] == [int] * 4, results
-    assert min(results) > 0  # type: ignore[type-var]
+    assert [type(r) for r in results] == [dict] * 4, results
+    assert all(r and all(v >= 0 for v in r.values()) for r in results), results  # type: ignore[union-attr]
+
+
+def test_freed_bytes_are_the_removed_images_own_while_another_build_runs(tmp_path: Path) -> None:
+    """Another process builds an image at the moment gc removes one (as a parallel `rebench run` does):
+    the freed bytes are still the removed image's own 1 MiB, not the engine's total before less after
+    (which that 2 MiB build made negative, read as 0)."""
+    from rebench.images.gc import prune_images
+
+    engine = docker_engine()
+    base = base_image(engine)
+    name = f"gcfixture{uuid.uuid4().hex[:8]}"
+    tags = [_generation(engine, base, name, n, tmp_path) for n in (1, 2)]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Dockerfile").write_text(f"FROM {base}\nRUN head -c 2097152 /dev/urandom > /other\n")
+    other_tag = f"rebench-test/gc-other-{uuid.uuid4().hex[:8]}:latest"
+    real_remove = engine.remove_image
+
+    def remove_while_another_builds(ref: str) -> bool:
+        engine.build(other, "Dockerfile", other_tag, {}, {})
+        return real_remove(ref)
+
+    engine.remove_image = remove_while_another_builds  # type: ignore[method-assign]
+    try:
+        report = prune_images(engine, environments=[name])
+        assert [entry.tags for entry in report.removed] == [[tags[0]]]
+        assert 1024 * 1024 <= report.freed_bytes < 2 * 1024 * 1024, report.freed_bytes
+    finally:
+        engine.remove_image = real_remove  # type: ignore[method-assign]
+        for tag in [*tags, other_tag]:
+            engine.remove_image(tag)

@@ -84,8 +84,10 @@ class ImageGcReport(BaseModel):
     refused: list[ImageEntry] = Field(default_factory=list)
     """The engine would not remove it (a child image or a container made since the listing)."""
     freed_bytes: int = 0
-    """The engine's layer bytes before the removals less after: engine-wide, so an image another process
-    builds meanwhile makes it read low."""
+    """Sum over the removals of the bytes of that image's layers no other image shared just before it went
+    (the engine's own per-image figure, read before each removal; children go first, so an environment
+    image's layers count once its agent images are gone). Per image, not the engine's total before and
+    after, which another process building or removing images meanwhile would move."""
 
 
 def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
@@ -128,18 +130,18 @@ def prune_images(engine: DockerEngine, keep: Iterable[str] = (), *,
         if base in superseded and entry not in stale:
             stale.append(entry)
     report.kept_newest = [entry for _, entry in newest.values() if entry not in stale]
-    before = engine.layers_bytes()
     in_use = {entry.id for entry in stale if entry.id in protected or protected.intersection(entry.tags)}
     # children first: the engine refuses to remove an environment image an agent image is built on
     for entry in sorted(stale, key=lambda e: e.id not in {a.id for a, _ in agents}):
         if entry.id in in_use:
             report.kept_in_use.append(entry)
-        elif engine.remove_image(entry.id):
+            continue
+        unique = engine.unique_image_bytes().get(entry.id, 0)
+        if engine.remove_image(entry.id):
             report.removed.append(entry)
+            report.freed_bytes += unique
         else:
             report.refused.append(entry)
-    if report.removed:
-        report.freed_bytes = max(0, before - engine.layers_bytes())
     return report
 
 

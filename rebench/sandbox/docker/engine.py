@@ -163,8 +163,9 @@ class DockerEngine:
         found = self.client.containers.list(all=True, ignore_removed=True)
         return {str(c.attrs.get("Image", "")) for c in found}
 
-    def layers_bytes(self, wait_s: float = 120.0) -> int:
-        """What the engine's image layers take on disk (shared layers once), as `docker system df` says.
+    def unique_image_bytes(self, wait_s: float = 120.0) -> dict[str, int]:
+        """Image id -> bytes of its layers that no other image on the engine shares, as `docker system
+        df -v` says: what removing that image alone would free.
 
         The engine runs one disk-usage walk at a time and refuses a second ("a disk usage operation is
         already running") rather than queueing it, so another process's `system df` (or gc) is waited out.
@@ -172,11 +173,14 @@ class DockerEngine:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                return int(self.client.api.df().get("LayersSize") or 0)
+                images = self.client.api.df().get("Images") or []
+                break
             except docker.errors.APIError as error:
                 if "already running" not in str(error) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        return {str(i["Id"]): max(0, int(i.get("Size") or 0) - max(0, int(i.get("SharedSize") or 0)))
+                for i in images}
 
     def disk_usage(self) -> tuple[int, int] | None:
         """(used, total) bytes of the file system holding the engine's data, when it is on this host."""
