@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = REPO / "environments" / "triton_cumsum"
 # Scores are ln(ms): the hostile solution must not be more than 25% faster than the honest one.
 NOISE = math.log(1.25)
+MAX_ROUNDS = 8
 
 # Every buffer the algorithm uses is allocated once per size and reused, and the answer is written
 # where the caller says: a fresh 8 MB tensor per call costs page faults whose count depends on where
@@ -265,13 +267,21 @@ def test_hostile_helpers_gain_nothing_when_scored_locally(tmp_path: Path, attack
     source = ATTACKS[attack]
     honest: list[dict[str, Any]] = []
     hostile: list[dict[str, Any]] = []
-    for i in range(3):  # in turns: this machine's timings drift in phases lasting several processes
+    # In turns: this machine's timings drift in phases lasting several processes. Each process is
+    # represented by its fastest call (noise only adds time) and each side by the median of those, not
+    # by its single fastest process: one attack process in a fast phase ran at 0.72 of the honest
+    # solution's best (CI), while a hole in the charging (a helper's CPU time left out, tried) puts
+    # every process at 0.5-0.6 and this median too; with it charged the median stayed at 0.87-1.2.
+    # Three rounds, and more only while the attack looks faster, up to eight.
+    for i in range(MAX_ROUNDS):
         honest.append(_score_locally(tmp_path, f"honest{i}", HONEST))
         hostile.append(_score_locally(tmp_path, f"hostile{i}", source))
-    # the fastest single call of each (noise only adds time), not the median a score reports
-    assert all(r["raw"] is not None for r in honest + hostile), [r["message"] for r in honest + hostile]
-    assert_no_gain([math.log(min(r["details"]["times_ms"])) for r in honest],
-                   [math.log(min(r["details"]["times_ms"])) for r in hostile])
+        assert all(r["raw"] is not None for r in honest + hostile), [r["message"] for r in honest + hostile]
+        typical = [statistics.median(math.log(min(r["details"]["times_ms"])) for r in side)
+                   for side in (honest, hostile)]
+        if i + 1 >= 3 and typical[1] >= typical[0] - NOISE:
+            break
+    assert_no_gain([typical[0]], [typical[1]])
     for result in hostile:
         assert result["message"].get("correct") is True, result
         assert "attack: helper" in result["details"]["solution_output"], result  # the attack really ran
