@@ -19,11 +19,13 @@ pytestmark = pytest.mark.docker
 
 
 def _generation(engine: object, base: str, name: str, generation: int, folder: Path) -> str:
-    """An image labelled as rebench labels an environment image, with 1 MiB of its own bytes."""
+    """An image labelled as rebench labels an environment image, with 1 MiB of its own bytes. The fixture's
+    name is in the RUN line: the engine's build cache would otherwise give another test's generation the
+    same layer, which then is not this image's own (gc rightly counts no bytes freed for it)."""
     context = folder / f"gen{generation}"
     context.mkdir()
     (context / "Dockerfile").write_text(
-        f"FROM {base}\nRUN head -c 1048576 /dev/urandom > /generation-{generation}\n"
+        f"FROM {base}\nRUN head -c 1048576 /dev/urandom > /generation-{generation}-{name}\n"
         f"LABEL rebench.environment={name} rebench.profile=tiny\n")
     tag = f"rebench/env-{name}:tiny-gen{generation}"
     engine.build(context, "Dockerfile", tag, {}, {LABEL_KIND: "environment"})  # type: ignore[attr-defined]
@@ -155,7 +157,7 @@ def test_freed_bytes_are_the_removed_images_own_while_another_build_runs(tmp_pat
     tags = [_generation(engine, base, name, n, tmp_path) for n in (1, 2)]
     other = tmp_path / "other"
     other.mkdir()
-    (other / "Dockerfile").write_text(f"FROM {base}\nRUN head -c 2097152 /dev/urandom > /other\n")
+    (other / "Dockerfile").write_text(f"FROM {base}\nRUN head -c 2097152 /dev/urandom > /other-{name}\n")
     other_tag = f"rebench-test/gc-other-{uuid.uuid4().hex[:8]}:latest"
     real_remove = engine.remove_image
 
