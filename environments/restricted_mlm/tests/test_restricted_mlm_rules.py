@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -415,3 +418,25 @@ def test_the_graph_never_sees_the_scorers_freed_memory() -> None:
         del stale
         found.append(graph.forward(torch.zeros(2, 3, dtype=torch.long)))
     assert all(not bool(out.any()) for out in found)
+
+
+@pytest.mark.torch
+def test_a_restricted_forward_does_not_import_torch_dynamo() -> None:
+    """The enforcer opts out of PyTorch's torch._dynamo.disable wrapper (`_should_skip_dynamo`), whose
+    first call imports torch._dynamo: seconds of every score call for a forward pass run eagerly
+    (benchmarks/enforcer_dispatch.py). In a fresh interpreter, since this one may hold it already."""
+    probe = ("import sys, torch\n"
+             "from rebench.kit import torch_rule_enforcer as enforcer\n"
+             "with torch.no_grad(), enforcer.restricted() as mode:\n"
+             "    torch.ones(3) + 1\n"
+             "try:\n"
+             "    with enforcer.restricted():\n"
+             "        torch.ones(3) / 2\n"
+             "except enforcer.DisallowedOperationError:\n"
+             "    print('caught')\n"
+             "print('torch._dynamo' in sys.modules, ','.join(sorted(mode.seen)))\n")
+    repo = ENV.parents[1]
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=repo,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["caught", "False", "add,ones"], done.stdout
