@@ -37,7 +37,8 @@ async def watch_agent(task: asyncio.Task[None], ctx: AttemptContext, sandbox: Sa
     if not task.done():
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, CANCEL_GRACE_S)
+            async with asyncio.timeout(CANCEL_GRACE_S):
+                await task
     ended_itself = reason is None and not task.cancelled() and task.exception() is None
     if ended_itself and not ctx.submitted.is_set() and ctx.clock.working_seconds() >= ctx.budget_s:
         reason = "time"  # the agent stopped because its time was up, just before the watchdog did

@@ -284,7 +284,8 @@ class GatewayServer:
         """Anthropic's count_tokens: free, but it holds a slot (the operator's provider limits its rate)."""
         async with meter.slots:
             try:
-                tokens = await asyncio.wait_for(self.upstream.count_tokens(body), self.gateway.timeout_s)
+                async with asyncio.timeout(self.gateway.timeout_s):
+                    tokens = await self.upstream.count_tokens(body)
             except UpstreamError as exc:
                 raise HttpError(exc.status, str(exc), exc.kind) from None
             except TimeoutError:

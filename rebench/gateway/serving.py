@@ -151,7 +151,8 @@ class HttpServer:
             return
         self.server.should_exit = True
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self.task), GRACE_S + 5)
+            async with asyncio.timeout(GRACE_S + 5):
+                await asyncio.shield(self.task)
         if not self.task.done():
             self.task.cancel()
 

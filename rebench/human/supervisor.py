@@ -200,7 +200,8 @@ class HumanAgent:
             with contextlib.suppress(Exception):
                 await relay.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(close_ssh(ctx.sandbox), 30)  # type: ignore[arg-type]
+            async with asyncio.timeout(30):
+                await close_ssh(ctx.sandbox)  # type: ignore[arg-type]
         await asyncio.sleep(0.2)  # the gate writes its close lines as the sessions end
         with contextlib.suppress(Exception):
             sessions.poll(ctx)

@@ -62,7 +62,8 @@ class ExecChannel:
             self._writer.write(bootstrap)
             await self.drain()
         try:
-            return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self._ready)
         except TimeoutError:
             raise SandboxStartError(f"exec server did not start within {timeout:.0f} s: {self._diag()}") from None
 

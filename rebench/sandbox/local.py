@@ -31,19 +31,18 @@ from rebench.harness_files import install_harness
 from rebench.paths import cache_dir
 from rebench.sandbox.agent_files import local_read, local_unpack, local_write, pack_folder
 from rebench.sandbox.base import ExecResult, SandboxBackend, SandboxPaths, SandboxSpec, User
-from rebench.sandbox.output import OutputCapture
+from rebench.sandbox.local_process import RunningCommand
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport, copy_folder, default_budget
 
 MARKER_VAR = "REBENCH_SANDBOX_ID"
 COMMAND_MARKER_VAR = "REBENCH_EXEC_ID"
 EXIT_GRACE_S = 0.2
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-"""Where sandboxed commands find system programs (after the environment's virtualenv): an
-environment's system-packages.txt must be installed there (the preflight checks it)."""
 """After a command exits, how long its output is still read (a background child may hold
 the pipes open; it keeps running, what it prints later is not captured). The Docker
 backend's exec server follows the same rule."""
-READ_CHUNK = 65536
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""Where sandboxed commands find system programs (after the environment's virtualenv): an
+environment's system-packages.txt must be installed there (the preflight checks it)."""
 LOCAL_WARNING = (
     "the local backend does not isolate the agent: it can read held-out data and the reference "
     "solution, and reach whatever this host's network reaches. Use --backend docker for untrusted agents."
@@ -101,91 +100,6 @@ def _kill_marked(variable: str, settle_s: float = 2.0) -> int:
         while not all(_dead(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.01)
     return killed
-
-
-class _Capture(OutputCapture):
-    """One pipe's output, and whether the pipe was closed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed = asyncio.Event()
-
-
-class _RunningCommand:
-    """Watches a Popen child from the event loop: its exit through a pidfd, its pipes
-    through readers, its stdin through a writer."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None) -> None:
-        self.proc = proc
-        self.loop = asyncio.get_running_loop()
-        self.exited = asyncio.Event()
-        self.out = _Capture()
-        self.err = _Capture()
-        self._fds: list[int] = []
-        self._pidfd = os.pidfd_open(proc.pid)
-        self.loop.add_reader(self._pidfd, self._on_exit)
-        assert proc.stdout is not None and proc.stderr is not None
-        for stream, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
-            fd = stream.fileno()
-            os.set_blocking(fd, False)
-            self.loop.add_reader(fd, self._on_output, fd, capture)
-            self._fds.append(fd)
-        self._stdin = memoryview(stdin or b"")
-        if proc.stdin is not None:
-            os.set_blocking(proc.stdin.fileno(), False)
-            self.loop.add_writer(proc.stdin.fileno(), self._on_stdin)
-
-    def _on_exit(self) -> None:
-        self.loop.remove_reader(self._pidfd)
-        self.proc.wait()
-        self.exited.set()
-
-    def _on_output(self, fd: int, capture: _Capture) -> None:
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if chunk:
-            capture.add(chunk)
-        else:
-            self.loop.remove_reader(fd)
-            capture.closed.set()
-
-    def _on_stdin(self) -> None:
-        assert self.proc.stdin is not None
-        fd = self.proc.stdin.fileno()
-        try:
-            written = os.write(fd, self._stdin[:READ_CHUNK])
-            self._stdin = self._stdin[written:]
-        except BlockingIOError:
-            return
-        except OSError:
-            self._stdin = memoryview(b"")
-        if not self._stdin:
-            self.loop.remove_writer(fd)
-            self.proc.stdin.close()
-
-    async def pipes_closed(self) -> None:
-        await self.out.closed.wait()
-        await self.err.closed.wait()
-
-    def close(self) -> None:
-        """Stop watching and close our ends of the pipes (a background child that still
-        writes to them gets SIGPIPE, as it would after a terminal closed)."""
-        self.loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        if not self.exited.is_set():  # cancelled: the tree was just SIGKILLed, collect the child
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=2)
-        for fd in self._fds:
-            self.loop.remove_reader(fd)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None and not stream.closed:
-                if stream is self.proc.stdin:
-                    self.loop.remove_writer(stream.fileno())
-                stream.close()
 
 
 def _make_read_only(path: Path) -> None:
@@ -281,11 +195,12 @@ class LocalSandbox:
                 stderr=f"rebench: cannot start command: {type(exc).__name__}: {exc}\n",
                 duration_s=time.monotonic() - started,
             )
-        run = _RunningCommand(proc, stdin)
+        run = RunningCommand(proc, stdin)
         timed_out = False
         try:
             try:
-                await asyncio.wait_for(run.exited.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await run.exited.wait()
             except TimeoutError:
                 timed_out = True
                 self._kill_command(proc.pid, command_marker)
@@ -293,7 +208,8 @@ class LocalSandbox:
             # A background child may still hold the pipes: read them for a short grace,
             # then stop listening. The child keeps running; its later output is not captured.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.pipes_closed(), EXIT_GRACE_S)
+                async with asyncio.timeout(EXIT_GRACE_S):
+                    await run.pipes_closed()
         except BaseException:
             self._kill_command(proc.pid, command_marker)
             raise

@@ -56,7 +56,7 @@ def image() -> str:
 
 
 def test_without_the_freeze_neither_the_agent_nor_the_subject_reaches_the_scorer(image: str) -> None:
-    from rebench.sandbox.docker.sandbox import _SCORER_REQUEST, _USERS
+    from rebench.sandbox.docker.commands import _SCORER_REQUEST, _USERS
 
     account, groups = _USERS["scorer"]
 

@@ -6,15 +6,19 @@ and garbage collection go through its `DockerEngine`. One job per module:
 - `engine`: the engine wrapper (images, containers, volumes; labels and owner tokens for gc);
 - `archive`: tar helpers (files into a container; a bounded snapshot out of one);
 - `files`: a started container's file methods (ownership by the layout below);
-- `sandbox`: the sandbox itself (container lifecycle, commands, the disk watch; keep-alive
-  containers of human attempts, which outlive their harness and can be reattached);
+- `sandbox`: the sandbox itself (container lifecycle, the disk watch; keep-alive containers of
+  human attempts, which outlive their harness and can be reattached), built on three layers:
+  `commands` (each command a request to the exec server; scoring with the agent frozen),
+  `file_ops` (files as the harness and as the agent) and `task_socket` (answering `task`);
+- `container`: what the container is made of (mounts, the exec server it starts with, the
+  engine call that creates it);
 - `tasks`: the `task` command's requests from inside a human attempt's container;
 - `ssh`: SSH into a human attempt's container (the gate inside, the relay on the host);
 - `network`: `--network full`: the attempt's own bridge network, the host's firewall closed to it;
 - `forwarder`: started as root in the container when the attempt has a model gateway
   (SandboxSpec.gateway_socket): 127.0.0.1:PORT inside, relayed to the harness's Unix socket
   mounted in the root-only /run/rebench/gateway (docs/gateway.md);
-- `cast`: reading and playing the asciinema recordings of its SSH sessions.
+(`rebench.sandbox.cast`, beside this package, reads and plays the asciinema recordings of its SSH sessions.)
 
 Layout inside the container (the RE-Bench one): user `agent` (uid 1000) owns
 /home/agent; /protected is root:protected and closed to the agent; the scoring

@@ -220,7 +220,8 @@ class SshRelay:
                 await task
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await self._server.wait_closed()
             self._server = None
 
 
