@@ -13,7 +13,7 @@ import pytest
 
 from rebench.errors import RebenchError
 from rebench.store.db import Store
-from rebench.store.schema import head_revision, revisions
+from rebench.store.schema import HEAD_REVISION, head_revision, revisions
 
 from .conftest import run_cli, run_main
 
@@ -187,3 +187,9 @@ def test_store_refuses_in_process_too(tmp_path: Path) -> None:
         Store(db)
     with pytest.raises(RebenchError, match="no rebench database at"):
         Store(tmp_path / "missing.db", read_only=True)
+
+
+def test_the_head_revision_known_without_alembic_is_alembics_head() -> None:
+    """A database at HEAD_REVISION is taken as current without reading the migrations: a new
+    migration must move the constant too, or an older database would pass for a current one."""
+    assert HEAD_REVISION == head_revision() == revisions()[-1]
