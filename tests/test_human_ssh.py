@@ -136,6 +136,10 @@ def test_expert_works_scores_pauses_and_submits(human: Human, tmp_path: Path) ->
     pauses = dict(human.rows("select reason, end_s - start_s from pauses where reason in ('waiting', 'break')"))
     assert pauses["break"] >= 2.0
     assert wall - working >= pauses["break"] + pauses["waiting"] - 0.5  # the break did not count
+    # the supervisor marks the session ended just after the runner finishes the attempt's row
+    deadline = time.monotonic() + 30
+    while human.rows("select state from human_sessions") != [("ended",)] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert human.rows("select state from human_sessions") == [("ended",)]
     sessions = [json.loads(d) for (d,) in human.rows("select data from events where kind = 'ssh_session'")]
     closed = [s for s in sessions if s["ended"]]
