@@ -445,9 +445,9 @@ def test_a_killed_harness_leaves_the_container_running_for_the_next_one(tmp_path
 def test_a_keep_alive_server_that_fails_at_start_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server source is swapped for one that exits (as a broken image's would): start() says why
     within seconds, not after the connect timeout, and leaves no container behind."""
-    import rebench.sandbox.docker.sandbox as module
+    import rebench.sandbox.docker.container as module
 
-    monkeypatch.setattr(module, "_SERVER_SOURCE", b"import sys\nsys.exit('broken exec server')\n")
+    monkeypatch.setattr(module, "SERVER_SOURCE", b"import sys\nsys.exit('broken exec server')\n")
     engine = docker_engine()
     gate = Path(tempfile.mkdtemp(prefix="rbh-"))
     spec = SandboxSpec(attempt_id=990_015, environment="test", profile="tiny", image=base_image(engine), cpus=1.0,
