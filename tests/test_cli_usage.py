@@ -90,6 +90,27 @@ def test_top_level_help_imports_no_heavy_module() -> None:
         assert name in done.stdout
 
 
+
+def test_a_read_only_command_loads_neither_the_gateway_server_nor_alembic(tmp_path: Path) -> None:
+    """Start-up cost of `rebench attempts list`: reading a database at the newest schema must not load
+    the model gateway's server (rebench.gateway is lazy), the agents (rebench.agents is lazy) or
+    Alembic (rebench.store.schema.HEAD_REVISION). `report` still does, through rebench.api."""
+    from rebench.store.db import Store
+
+    db = tmp_path / "r.db"
+    Store(db).close()  # made at the newest schema, in this process
+    probe = (
+        "import sys\n"
+        "from rebench.cli.app import main\n"
+        f"try:\n    main(['attempts', 'list', '--db', {str(db)!r}])\nexcept SystemExit:\n    pass\n"
+        "heavy = ['rebench.gateway.server', 'rebench.agents.base', 'alembic']\n"
+        "print('LOADED=' + ','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          check=True)
+    assert "Attempts" in done.stdout, done.stdout[-300:] + done.stderr[-300:]
+    assert "LOADED=\n" in done.stdout, done.stdout[-300:]
+
 def _envs_list(env_extra: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env.update(env_extra)

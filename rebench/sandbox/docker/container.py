@@ -85,7 +85,9 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
     command = ["python3", "-I", "-c", LOADER]
     binds: dict[str, dict[str, str]] = {}
     if keep:
-        gate = _required(gate_dir, spec)
+        if gate_dir is None:  # DockerSandbox refuses such a spec first; this keeps the type honest
+            raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
+        gate = gate_dir
         # The server runs from the gate folder and listens there, so a later harness can reconnect.
         (gate / "exec_server.py").write_bytes(SERVER_SOURCE)
         (gate / HARNESS_SOCKET).unlink(missing_ok=True)
@@ -140,8 +142,3 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
     # A model without a second inspect round trip: attach, start and get_archive need only the id.
     return client.containers.prepare_model({"Id": created["Id"]})
 
-
-def _required(gate_dir: Path | None, spec: SandboxSpec) -> Path:
-    if gate_dir is None:
-        raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
-    return gate_dir
