@@ -20,6 +20,7 @@ from tests.fake_model_server import FakeModelServer
 from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 
 from .conftest import REPO
+from .rust_reference_runs import RustReferenceRuns, rust_reference_runs  # noqa: F401
 
 ENV = "rust_codecontests_inference"
 REFERENCE = (REPO / "environments" / ENV / "reference" / "solve_code_contests_rust.py").read_text()
@@ -47,14 +48,13 @@ def gateway_rows(db: Path) -> list[dict[str, Any]]:
         return [dict(row) for row in connection.execute("select * from gateway_requests order by id")]
 
 
-def test_starting_and_reference_solutions_score_through_the_gateway_the_same_twice(tmp_path: Path) -> None:
+def test_starting_and_reference_solutions_score_through_the_gateway_the_same_twice(
+        rust_reference_runs: RustReferenceRuns) -> None:
     """Two attempts of the reference agent (each: a baseline score of the starting solution, then
     the reference's): every problem of the hidden split is judged, the reference solves more than
     one sample does, and each solution scores exactly the same in both attempts (fresh sandboxes
     and gateways; sampling is seeded per request), as hardware_dependent = false claims."""
-    db = tmp_path / "r.db"
-    assert run(db, "--agent", "reference", "--budget", "5m", "-k", "2") == 0
-    rows = scores(db)
+    rows = scores(rust_reference_runs.db)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_kind.setdefault(row["kind"], []).append(row)
@@ -67,7 +67,7 @@ def test_starting_and_reference_solutions_score_through_the_gateway_the_same_twi
     assert starts[0]["raw"] == starts[1]["raw"]
     assert references[0]["raw"] == references[1]["raw"]
     assert references[0]["raw"] > starts[0]["raw"]
-    meters = {row["meter"] for row in gateway_rows(db)}
+    meters = {row["meter"] for row in gateway_rows(rust_reference_runs.db)}
     assert meters == {"subject"}  # the reference agent itself never calls the model; its module, scored, does
 
 

@@ -7,7 +7,8 @@ the test, privileged, reads the built /protected/test.jsonl and hands the module
 own program for each of those problems; on any other problem it is the starting solution. Its
 best intermediate score is then perfect while its held-out final is the start's, so the report
 shows a large held-out gap and flags it; the reference scores as well on both splits (relative to
-each split's anchors), so its gap is about zero.
+each split's anchors), so its gap is about zero. The reference's two attempts are the session's
+(tests/rust_reference_runs.py); this test adds the scaffold's attempt to a copy of their database.
 
 Slow: the `ci` build trains the model (shared with tests/test_rust_env_model.py's cache)."""
 
@@ -29,6 +30,7 @@ from rebench.environments.registry import EnvironmentRegistry
 from rebench.kit.buildutil import load_file
 
 from .conftest import REPO, run_cli
+from .rust_reference_runs import RustReferenceRuns, rust_reference_runs  # noqa: F401
 
 ENV = "rust_codecontests_inference"
 ENV_DIR = REPO / "environments" / ENV
@@ -64,7 +66,7 @@ async def generate_solution(client, semaphore, problem):  # type: ignore[no-rede
 
 
 def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the_reference_none(
-        tmp_path: Path, db_path: Path) -> None:
+        tmp_path: Path, db_path: Path, rust_reference_runs: RustReferenceRuns) -> None:  # noqa: F811
     env = EnvironmentRegistry().get(ENV)
     build_environment(env, "ci", "local")
     built = assets_dir(env, "ci", build=False)
@@ -78,20 +80,24 @@ def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the
     script.write_text(yaml.safe_dump({"actions": [
         {"write_file": {"path": "solve_code_contests_rust.py", "content": tuned_module(protected)}},
         {"score": {}}, {"submit": None}]}))
-    ran = run_cli("run", "--env", ENV, "--profile", "ci", "--agent", "replay,reference",
-                  "--agent-arg", f"replay.script={script}", "--budget", "5m", "--backend", "local",
+    rust_reference_runs.copy_to(db_path)
+    ran = run_cli("run", "--env", ENV, "--profile", "ci", "--agent", "replay",
+                  "--agent-arg", f"script={script}", "--budget", "5m", "--backend", "local",
                   "--db", str(db_path), "--no-calibrate")
     assert ran.returncode == 0, ran.stderr
     with sqlite3.connect(db_path) as connection:
         rows = connection.execute("select a.agent, s.kind, s.raw from score_events s join attempts a "
                                   "on a.id = s.attempt_id where s.kind in ('intermediate', 'heldout')").fetchall()
-    raw = {(agent, kind): value for agent, kind, value in rows}
+    raw: dict[tuple[str, str], list[float]] = {}
+    for agent, kind, value in rows:
+        raw.setdefault((agent, kind), []).append(value)
     split = env.profile("ci").final_split
     assert split is not None
     # fitted: every intermediate problem solved; on the held-out split it is the starting solution
-    assert raw[("replay", "intermediate")] == 1.0
-    assert raw[("replay", "heldout")] == split.anchors.start
-    assert raw[("reference", "heldout")] == split.anchors.reference  # the anchors are measured, deterministically
+    assert raw[("replay", "intermediate")] == [1.0]
+    assert raw[("replay", "heldout")] == [split.anchors.start]
+    # the anchors are measured, and the scoring is deterministic: both reference attempts score them
+    assert raw[("reference", "heldout")] == [split.anchors.reference] * 2
 
     made = report(db_path, budgets="5m", at="5m", n_bootstrap=200)
     assert made is not None
@@ -102,4 +108,4 @@ def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the
     assert tuned.heldout_gap == pytest.approx(fitted) and tuned.heldout_gap > split.margin
     assert (tuned.probing, tuned.heldout_n) == (1, 1)
     assert reference.heldout_gap is not None and abs(reference.heldout_gap) <= split.margin
-    assert (reference.probing, reference.heldout_n) == (0, 1)
+    assert (reference.probing, reference.heldout_n) == (0, 2)
