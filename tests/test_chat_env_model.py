@@ -18,6 +18,7 @@ from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
 
 from .conftest import run_cli
+from .reference_runs import ReferenceRuns, chat_reference_run  # noqa: F401
 from .test_chat_env import chat, judge_module, score_module
 
 ENV = "nanogpt_chat_rl"
@@ -65,14 +66,13 @@ def test_degenerate_policies_score_no_better_than_the_starting_student() -> None
         assert value <= start, (name, value, start)
 
 
-def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(tmp_path: Path) -> None:
-    """One reference attempt: the baseline score (the untuned student), the reference's and its
-    held-out final (ci's final split, 48 other prompts); the reference's tournament asked the judge
-    on the agent's meter, scoring on the scorer's, and `attempts show` prints the two apart."""
-    db = tmp_path / "r.db"
-    result = run_cli("run", "--env", ENV, "--agent", "reference", "--profile", "ci", "--budget", "5m",
-                     "--backend", "local", "--db", str(db), timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(
+        tmp_path: Path, chat_reference_run: ReferenceRuns) -> None:  # noqa: F811
+    """One reference attempt (the session's, tests/reference_runs.py): the baseline score (the
+    untuned student), the reference's and its held-out final (ci's final split, 48 other prompts);
+    the reference's tournament asked the judge on the agent's meter, scoring on the scorer's, and
+    `attempts show` prints the two apart."""
+    db = chat_reference_run.copy_to(tmp_path / "r.db")
     with sqlite3.connect(db) as connection:
         rows = connection.execute("select kind, raw, message from score_events order by id").fetchall()
         meters = dict(connection.execute("select meter, count(*) from gateway_requests where status = 200 "

@@ -11,7 +11,8 @@ while its held-out final is below the reference's (what it learnt of the answers
 to prompts neither it nor the student saw, so it is no longer at the start's, as it was while the
 final prompts were training prompts), so the report shows a large held-out gap and flags it; the
 reference's RL improves the prompts of both splits alike (relative to each split's anchors), so its
-gap is about zero.
+gap is about zero. The reference's attempt is the session's (tests/reference_runs.py); this test adds
+the fitted checkpoint's attempt to a copy of its database.
 
 Slow: the `ci` build (shared with tests/test_chat_env_model.py's cache), the reference's RL and
 the fitting."""
@@ -34,6 +35,7 @@ from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
 
 from .conftest import REPO, run_cli
+from .reference_runs import ReferenceRuns, chat_reference_run  # noqa: F401
 from .test_chat_env import chat, judge_module, score_module
 
 ENV = "nanogpt_chat_rl"
@@ -75,7 +77,7 @@ def fitted_checkpoint(built: Path, out: Path, *, n: int = 64, steps: int = 300) 
 
 
 def test_a_checkpoint_fitted_to_the_intermediate_prompts_shows_a_heldout_gap_and_the_reference_none(
-        tmp_path: Path, db_path: Path) -> None:
+        tmp_path: Path, db_path: Path, chat_reference_run: ReferenceRuns) -> None:  # noqa: F811
     env = EnvironmentRegistry().get(ENV)
     build_environment(env, "ci", "local")
     built = assets_dir(env, "ci", build=False)
@@ -92,8 +94,9 @@ def test_a_checkpoint_fitted_to_the_intermediate_prompts_shows_a_heldout_gap_and
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump({"actions": [{"bash": f"cp {checkpoint} finetuned_model"},
                                                   {"score": {}}, {"submit": None}]}))
-    ran = run_cli("run", "--env", ENV, "--profile", "ci", "--agent", "replay,reference",
-                  "--agent-arg", f"replay.script={script}", "--budget", "5m", "--backend", "local",
+    chat_reference_run.copy_to(db_path)
+    ran = run_cli("run", "--env", ENV, "--profile", "ci", "--agent", "replay",
+                  "--agent-arg", f"script={script}", "--budget", "5m", "--backend", "local",
                   "--db", str(db_path), "--no-calibrate", timeout=1200)
     assert ran.returncode == 0, ran.stderr[-3000:]
     with sqlite3.connect(db_path) as connection:

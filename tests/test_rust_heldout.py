@@ -8,7 +8,7 @@ own program for each of those problems; on any other problem it is the starting 
 best intermediate score is then perfect while its held-out final is the start's, so the report
 shows a large held-out gap and flags it; the reference scores as well on both splits (relative to
 each split's anchors), so its gap is about zero. The reference's two attempts are the session's
-(tests/rust_reference_runs.py); this test adds the scaffold's attempt to a copy of their database.
+(tests/reference_runs.py); this test adds the scaffold's attempt to a copy of their database.
 
 Slow: the `ci` build trains the model (shared with tests/test_rust_env_model.py's cache)."""
 
@@ -30,7 +30,7 @@ from rebench.environments.registry import EnvironmentRegistry
 from rebench.kit.buildutil import load_file
 
 from .conftest import REPO, run_cli
-from .rust_reference_runs import RustReferenceRuns, rust_reference_runs  # noqa: F401
+from .reference_runs import ReferenceRuns, rust_reference_runs  # noqa: F401
 
 ENV = "rust_codecontests_inference"
 ENV_DIR = REPO / "environments" / ENV
@@ -66,7 +66,7 @@ async def generate_solution(client, semaphore, problem):  # type: ignore[no-rede
 
 
 def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the_reference_none(
-        tmp_path: Path, db_path: Path, rust_reference_runs: RustReferenceRuns) -> None:  # noqa: F811
+        tmp_path: Path, db_path: Path, rust_reference_runs: ReferenceRuns) -> None:  # noqa: F811
     env = EnvironmentRegistry().get(ENV)
     build_environment(env, "ci", "local")
     built = assets_dir(env, "ci", build=False)
