@@ -203,37 +203,49 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 
 
 @dataclass(frozen=True)
-class KernelRun:
-    """The README's main job on a fresh database: `rebench run` calibrates this machine first."""
+class RecordedRun:
+    """A `rebench run` made once per test session (`recorded_run`) and the database it wrote."""
 
     result: subprocess.CompletedProcess[str]
     db: Path
 
+    def copy_to(self, target: Path) -> Path:
+        """A copy of the database to add attempts to (the session's stays as it was)."""
+        shutil.copyfile(self.db, target)
+        return target
 
-@pytest.fixture(scope="session")
-def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> KernelRun:
-    """One reference attempt on the kernel environment's tiny profile (local backend) on a fresh
-    database, which makes `rebench run` measure the anchors first. Measuring them takes six score
-    calls, so it happens once per run (the first worker that needs it; the others wait and read
-    its record): tests/test_kernel_campaign.py checks this run, and the tests that need calibrated
-    anchors copy them (`calibrated_kernel_ci_db`) or reuse the run (tests/inspect_campaigns.py)."""
-    folder = shared_folder(tmp_path_factory, "kernel-first-run")
-    db, record = folder / "kernel.db", folder / "result.json"
+
+def recorded_run(folder: Path, *args: str, timeout: float) -> RecordedRun:
+    """`rebench run ARGS --db FOLDER/run.db` (the bundled environments), made by the first worker
+    that asks, under a lock in FOLDER, and recorded there; the others wait, then read the record. A
+    failed run fails every test that asks for it, with its stderr."""
+    db, record = folder / "run.db", folder / "result.json"
     with FileLock(str(folder / "lock")):
         if not record.exists():
-            done = run_cli("run", "--env", "triton_cumsum", "--agent", "reference", "--profile", "tiny",
-                           "--budget", "10m", "-k", "1", "--backend", "local", "--db", str(db), timeout=900,
+            done = run_cli("run", *args, "--db", str(db), timeout=timeout,
                            env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
             record.write_text(json.dumps({"args": done.args, "returncode": done.returncode,
                                           "stdout": done.stdout, "stderr": done.stderr}))
     saved = json.loads(record.read_text())
     result = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
-    assert result.returncode == 0, result.stderr
-    return KernelRun(result, db)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return RecordedRun(result, db)
+
+
+@pytest.fixture(scope="session")
+def kernel_first_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
+    """One reference attempt on the kernel environment's tiny profile (local backend) on a fresh
+    database, which makes `rebench run` measure the anchors first. Measuring them takes six score
+    calls, so it happens once per run (the first worker that needs it; the others wait and read
+    its record): tests/test_kernel_campaign.py checks this run, and the tests that need calibrated
+    anchors copy them (`calibrated_kernel_ci_db`) or reuse the run (tests/inspect_campaigns.py)."""
+    return recorded_run(shared_folder(tmp_path_factory, "kernel-first-run"), "--env", "triton_cumsum",
+                        "--agent", "reference", "--profile", "tiny", "--budget", "10m", "-k", "1",
+                        "--backend", "local", timeout=900)
 
 
 @pytest.fixture
-def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path:
+def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: RecordedRun) -> Path:
     """A fresh database holding only a calibration of the kernel's `ci` profile, saved through the
     product's own `save_calibration` from this session's tiny samples: ci's scoring is tiny's (the
     same inputs, scorer and parameters; only its re-score rounds are fewer;
@@ -241,7 +253,7 @@ def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: KernelRun) -> Path
     return _kernel_calibration(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
 
 
-def _kernel_calibration(db: Path, kernel_first_run: KernelRun, profile: str) -> Path:
+def _kernel_calibration(db: Path, kernel_first_run: RecordedRun, profile: str) -> Path:
     from rebench.calibration import save_calibration
     from rebench.environments.registry import EnvironmentRegistry
     from rebench.store import Store

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from rebench.cli.app import main
-from tests.conftest import FIXTURE_ENVS, REPO, KernelRun
+from tests.conftest import FIXTURE_ENVS, REPO, RecordedRun
 from tests.fake_model_server import FakeModelServer
 from tests.model_fixtures import OPENAI_TEST_KEY, TEST_PRICES, call
 
@@ -46,7 +46,7 @@ def _run(argv: list[str]) -> None:
         assert not exc.code, f"rebench {' '.join(argv)} exited with {exc.code}"
 
 
-def build_campaigns(root: Path, kernel: KernelRun) -> Iterator[Campaigns]:
+def build_campaigns(root: Path, kernel: RecordedRun) -> Iterator[Campaigns]:
     db = root / "campaigns.db"
     shutil.copyfile(kernel.db, db)  # the session's reference campaign, calibrated; the original stays as it was
     envs = root / "envs"

@@ -17,8 +17,8 @@ import yaml
 from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
 
-from .conftest import run_cli
-from .reference_runs import ReferenceRuns, chat_reference_run  # noqa: F401
+from .conftest import RecordedRun, run_cli
+from .reference_runs import chat_reference_run  # noqa: F401
 from .test_chat_env import chat, judge_module, score_module
 
 ENV = "nanogpt_chat_rl"
@@ -67,7 +67,7 @@ def test_degenerate_policies_score_no_better_than_the_starting_student() -> None
 
 
 def test_the_reference_beats_the_start_and_the_attempt_shows_both_meters(
-        tmp_path: Path, chat_reference_run: ReferenceRuns) -> None:  # noqa: F811
+        tmp_path: Path, chat_reference_run: RecordedRun) -> None:  # noqa: F811
     """One reference attempt (the session's, tests/reference_runs.py): the baseline score (the
     untuned student), the reference's and its held-out final (ci's final split, 48 other prompts);
     the reference's tournament asked the judge on the agent's meter, scoring on the scorer's, and

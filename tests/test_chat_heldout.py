@@ -34,8 +34,8 @@ from rebench.api import build_environment, report
 from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
 
-from .conftest import REPO, run_cli
-from .reference_runs import ReferenceRuns, chat_reference_run  # noqa: F401
+from .conftest import REPO, RecordedRun, run_cli
+from .reference_runs import chat_reference_run  # noqa: F401
 from .test_chat_env import chat, judge_module, score_module
 
 ENV = "nanogpt_chat_rl"
@@ -77,7 +77,7 @@ def fitted_checkpoint(built: Path, out: Path, *, n: int = 64, steps: int = 300) 
 
 
 def test_a_checkpoint_fitted_to_the_intermediate_prompts_shows_a_heldout_gap_and_the_reference_none(
-        tmp_path: Path, db_path: Path, chat_reference_run: ReferenceRuns) -> None:  # noqa: F811
+        tmp_path: Path, db_path: Path, chat_reference_run: RecordedRun) -> None:  # noqa: F811
     env = EnvironmentRegistry().get(ENV)
     build_environment(env, "ci", "local")
     built = assets_dir(env, "ci", build=False)

@@ -402,8 +402,7 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
-# Not alone: it runs only the reference's finetune (4.8 CPU-s measured, the ci anchors' source), far under
-# its 100 s limit even slowed threefold; the start's (33 CPU-s, 95 when paired) needs the machine to itself.
+# Not alone, for the same reason as test_copied_models_and_changed_hyperparameters_are_invalid.
 @pytest.mark.slow
 @pytest.mark.torch
 def test_work_left_running_after_finetune_sh_exits_is_ended_and_does_not_count(

@@ -27,7 +27,7 @@ import pytest
 from inspect_ai.log import EvalLog, read_eval_log
 
 from rebench.store import Store
-from tests.conftest import REPO, KernelRun, run_main
+from tests.conftest import REPO, RecordedRun, run_main
 from tests.inspect_campaigns import SENTINEL_COMMAND, Campaigns, build_campaigns
 from tests.test_import_metr import METR_FILE
 
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]  # the campaigns run the kern
 
 
 @pytest.fixture(scope="module")
-def campaigns(tmp_path_factory: pytest.TempPathFactory, kernel_first_run: KernelRun) -> Iterator[Campaigns]:
+def campaigns(tmp_path_factory: pytest.TempPathFactory, kernel_first_run: RecordedRun) -> Iterator[Campaigns]:
     yield from build_campaigns(tmp_path_factory.mktemp("inspect"), kernel_first_run)
 
 

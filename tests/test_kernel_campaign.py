@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, KernelRun, run_cli
+from .conftest import REPO, RecordedRun, run_cli
 
 
 def query(db: Path, sql: str) -> list[tuple]:
@@ -23,11 +23,10 @@ def query(db: Path, sql: str) -> list[tuple]:
 @pytest.mark.slow
 @pytest.mark.torch
 def test_reference_scores_near_one_and_start_near_zero_after_calibration(
-        tmp_path: Path, kernel_first_run: KernelRun) -> None:
+        tmp_path: Path, kernel_first_run: RecordedRun) -> None:
     result = kernel_first_run.result
     assert "measuring the starting and reference solutions" in result.stderr
-    db = tmp_path / "kernel.db"
-    db.write_bytes(kernel_first_run.db.read_bytes())  # a copy: the session's run stays as it was
+    db = kernel_first_run.copy_to(tmp_path / "kernel.db")
     (start, reference), = query(db, "select start_raw, reference_raw from calibrations")
     assert reference < start - 0.69, "the reference solution should be at least 2x faster than the start"
     (status, anchors_kind, normalized), = query(db, "select status, anchors_kind, final_normalized from attempts")

@@ -19,8 +19,8 @@ from rebench.cli.app import main
 from tests.fake_model_server import FakeModelServer
 from tests.model_fixtures import call, model_for, model_server, prices_file, provider_keys  # noqa: F401
 
-from .conftest import REPO
-from .reference_runs import ReferenceRuns, rust_reference_runs  # noqa: F401
+from .conftest import REPO, RecordedRun
+from .reference_runs import rust_reference_runs  # noqa: F401
 
 ENV = "rust_codecontests_inference"
 REFERENCE = (REPO / "environments" / ENV / "reference" / "solve_code_contests_rust.py").read_text()
@@ -49,7 +49,7 @@ def gateway_rows(db: Path) -> list[dict[str, Any]]:
 
 
 def test_starting_and_reference_solutions_score_through_the_gateway_the_same_twice(
-        rust_reference_runs: ReferenceRuns) -> None:
+        rust_reference_runs: RecordedRun) -> None:
     """Two attempts of the reference agent (each: a baseline score of the starting solution, then
     the reference's): every problem of the hidden split is judged, the reference solves more than
     one sample does, and each solution scores exactly the same in both attempts (fresh sandboxes

@@ -29,8 +29,8 @@ from rebench.environments.build import assets_dir
 from rebench.environments.registry import EnvironmentRegistry
 from rebench.kit.buildutil import load_file
 
-from .conftest import REPO, run_cli
-from .reference_runs import ReferenceRuns, rust_reference_runs  # noqa: F401
+from .conftest import REPO, RecordedRun, run_cli
+from .reference_runs import rust_reference_runs  # noqa: F401
 
 ENV = "rust_codecontests_inference"
 ENV_DIR = REPO / "environments" / ENV
@@ -66,7 +66,7 @@ async def generate_solution(client, semaphore, problem):  # type: ignore[no-rede
 
 
 def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the_reference_none(
-        tmp_path: Path, db_path: Path, rust_reference_runs: ReferenceRuns) -> None:  # noqa: F811
+        tmp_path: Path, db_path: Path, rust_reference_runs: RecordedRun) -> None:  # noqa: F811
     env = EnvironmentRegistry().get(ENV)
     build_environment(env, "ci", "local")
     built = assets_dir(env, "ci", build=False)
@@ -88,7 +88,7 @@ def test_a_scaffold_fitted_to_the_intermediate_split_shows_a_heldout_gap_and_the
     with sqlite3.connect(db_path) as connection:
         rows = connection.execute("select a.agent, s.kind, s.raw from score_events s join attempts a "
                                   "on a.id = s.attempt_id where s.kind in ('intermediate', 'heldout')").fetchall()
-    raw: dict[tuple[str, str], list[float]] = {}
+    raw: dict[tuple[str, str], list[float | None]] = {}
     for agent, kind, value in rows:
         raw.setdefault((agent, kind), []).append(value)
     split = env.profile("ci").final_split
