@@ -8,18 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rebench.cli.app import main
-
-from .conftest import RecordedRun
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, capsys.readouterr().out
+from .conftest import RecordedRun, run_main
 
 
 @pytest.mark.slow
@@ -31,8 +20,9 @@ def test_report_reads_a_real_attempt_and_its_score_log(tmp_path: Path, kernel_fi
     with the window anchors measured beside its re-scores."""
     pytest.importorskip("torch")
     db = str(kernel_first_run.copy_to(tmp_path / "rebench.db"))
-    code, out = _run(["report", "--db", db, "--budgets", "1s,10m,20m", "--n-bootstrap", "50", "--json"], capsys)
-    assert code == 0
+    code, out, err = run_main(["report", "--db", db, "--budgets", "1s,10m,20m", "--n-bootstrap", "50", "--json"],
+                              capsys)
+    assert code == 0, err
     rows = {(r["environment"], r["total_s"]): r for r in json.loads(out) if r["agent"] == "reference"}
     whole, double = rows[("triton_cumsum", 600.0)], rows[("triton_cumsum", 1200.0)]
     assert whole["k"] == 1 and whole["source"] == "own" and whole["n"] == 1
