@@ -250,10 +250,12 @@ def calibrated_kernel_ci_db(tmp_path: Path, kernel_first_run: RecordedRun) -> Pa
     product's own `save_calibration` from this session's tiny samples: ci's scoring is tiny's (the
     same inputs, scorer and parameters; only its re-score rounds are fewer;
     environments/triton_cumsum/tests checks that), so tiny's samples are ci's measurement."""
-    return _kernel_calibration(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
+    return kernel_calibration_into(tmp_path / "calibrated-ci.db", kernel_first_run, "ci")
 
 
-def _kernel_calibration(db: Path, kernel_first_run: RecordedRun, profile: str) -> Path:
+def kernel_calibration_into(db: Path, kernel_first_run: RecordedRun, profile: str) -> Path:
+    """Save PROFILE's calibration into DB (a new or an existing database) from the session's tiny
+    samples; for the `ci` profile, whose scoring is tiny's."""
     from rebench.calibration import save_calibration
     from rebench.environments.registry import EnvironmentRegistry
     from rebench.store import Store

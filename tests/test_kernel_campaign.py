@@ -2,7 +2,10 @@
 
 The first run is the session's `kernel_first_run` (tests/conftest.py): on a fresh database it
 measures this machine's anchors before its attempt; this test checks that run, then that a second
-run on the same database reuses the calibration instead of measuring again."""
+run on a database holding this machine's calibration uses it instead of measuring again. The second
+run is on the `ci` profile (tiny's scoring with two re-score rounds instead of seven: 9 score calls
+instead of 24), whose calibration is saved into the copied database from the first run's samples
+(tests/conftest.py: `kernel_calibration_into`, the product's own `save_calibration`)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, RecordedRun, run_cli
+from .conftest import REPO, RecordedRun, kernel_calibration_into, run_cli
 
 
 def query(db: Path, sql: str) -> list[tuple]:
@@ -34,16 +37,17 @@ def test_reference_scores_near_one_and_start_near_zero_after_calibration(
     assert (status, anchors_kind) == ("done", "window")
     assert 0.8 <= normalized <= 1.25, normalized
 
+    kernel_calibration_into(db, kernel_first_run, "ci")
     script = tmp_path / "start-only.yaml"
     # Only the starting solution is scored, three times; the snapshots are identical, so the final rule
     # re-scores that one solution `repeats` times and its median counts, as the anchors' did.
     script.write_text(yaml.safe_dump({"actions": [{"score": {}}, {"score": {}}, {"score": {}}, {"submit": None}]}))
     result = run_cli("run", "--env", "triton_cumsum", "--agent", "replay", "--agent-arg", f"script={script}",
-                     "--profile", "tiny", "--budget", "5m", "--backend", "local", "--db", str(db), timeout=600,
+                     "--profile", "ci", "--budget", "5m", "--backend", "local", "--db", str(db), timeout=600,
                      env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
     assert result.returncode == 0, result.stderr
     assert "measuring" not in result.stderr, "calibration must be reused on the same machine"
-    assert query(db, "select count(*) from calibrations") == [(1,)]
+    assert query(db, "select profile from calibrations order by profile") == [("ci",), ("tiny",)]
     (raw,), = query(db, "select final_raw from attempts where agent = 'replay'")
     unclipped = (raw - start) / (reference - start)
     assert -0.2 <= unclipped <= 0.2, (raw, start, reference)
