@@ -31,6 +31,7 @@ def site(tmp_path: Path) -> Path:
     folder = tmp_path / "site"
     dist(folder, "rbfake", "1.0", "filelock", 'rbmissing; extra == "more"')
     dist(folder, "rbbroken", "1.0", "rbmissing>=1")
+    dist(folder, "rbold", "1.0", "rbfake<1")  # needs an older rbfake than the one installed
     return folder
 
 
@@ -51,6 +52,8 @@ def installed(site: Path, tmp_path: Path, text: str) -> bool:
     ("rbmissing\n", False),
     ("rbbroken\n", False),  # installed, but a dependency of it is not
     ("rbfake[more]\n", False),  # the extra's dependency is not installed
+    ("rbfake\nrbfake>=2\n", False),  # a second line for a package already checked is checked too
+    ("rbfake\nrbold\n", False),  # so is a dependency's pin on a package already checked
     ("--index-url https://example.invalid/simple\nrbfake\n", False),  # options are pip's
     ("rbfake @ https://example.invalid/rbfake-1.0.tar.gz\n", False),
     ("./local/rbfake\n", False),

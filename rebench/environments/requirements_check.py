@@ -23,18 +23,20 @@ except ImportError:  # pragma: no cover - pip decides, as before
 
 
 def _installed(requirement: Requirement, seen: set[tuple[str, frozenset[str]]]) -> bool:
-    """The requirement, with its extras and what they pull in, is installed at an allowed version."""
-    extras = frozenset(requirement.extras)
-    key = (canonicalize_name(requirement.name), extras)
-    if key in seen:
-        return True
-    seen.add(key)
+    """The requirement, with its extras and what they pull in, is installed at an allowed version.
+    Every requirement's specifier is checked, even for a package met before (two lines, or a
+    dependency's pin, may ask different versions of it); only its dependencies are walked once."""
     try:
         dist = metadata.distribution(requirement.name)
     except metadata.PackageNotFoundError:
         return False
     if not requirement.specifier.contains(dist.version, prereleases=True):
         return False
+    extras = frozenset(requirement.extras)
+    key = (canonicalize_name(requirement.name), extras)
+    if key in seen:
+        return True
+    seen.add(key)
     for line in dist.requires or []:
         try:
             needed = Requirement(line)
