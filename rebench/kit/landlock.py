@@ -8,8 +8,9 @@ and execute everything but the denied folders, and write, create, remove, rename
 only beneath its scratch folder: the one given with `--scratch` (the scorer's ConfinedChild makes
 a fresh one per child), else a fresh one it makes itself after the switch. HOME, TMPDIR, TMP and
 TEMP point there. Besides the scratch it may open the character devices in /dev for writing
-(/dev/null, a GPU's device files; never /dev/mqueue) and write to /proc files (a user
-namespace's id maps), neither of which keeps anything for the agent, and it may use /dev/shm:
+(/dev/null, a GPU's device files; never /dev/mqueue) and write to or truncate /proc files (a user
+namespace's id maps; what CUDA's driver writes when it starts), neither of which keeps anything
+for the agent, and it may use /dev/shm:
 POSIX semaphores and shared memory (multiprocessing's locks, data loader workers) live there
 and have no other place. So the code cannot leave a copy of what it was shown in /tmp, its own
 home or any file or folder the agent owns, whatever their modes; whoever removes the scratch
@@ -39,6 +40,10 @@ _FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1
 _FILE_ONLY_EXTRA = {3: 1 << 14, 5: (1 << 14) | (1 << 15)}  # truncate, ioctl on devices
 _NO_WRITE_IN_DEV = ("shm", "mqueue")  # shared folders where a file would outlive the call (shm: its own rule)
 SHARED_MEMORY = "/dev/shm"
+_PROC_EXTRA = (1 << 14) | (1 << 15)
+"""Truncating (and device ioctls, where the ABI has them) in /proc: CUDA's driver opens a /proc
+file with O_TRUNC when it starts, and without that right cudaGetDeviceCount fails with error 304
+(seen on an H200; writing alone, or writing in /sys, was not enough). /proc keeps nothing written."""
 _SCRATCH_ENV = ("HOME", "TMPDIR", "TMP", "TEMP")
 
 
@@ -115,7 +120,7 @@ def _rules(denied: list[str], scratch: str, rights: int, file_rights: int) -> li
                 rules.append((SHARED_MEMORY, rights, file_rights))
             rules.append((path, _READ_ONLY, _EXECUTE | _READ_FILE))
         elif path == "/proc":
-            rules.append((path, _READ_ONLY | _WRITE_FILE, _EXECUTE | _READ_FILE | _WRITE_FILE))
+            rules.append((path, _READ_ONLY | _WRITE_FILE | (file_rights & _PROC_EXTRA), file_rights))
         else:
             rules.append((path, _READ_ONLY, _EXECUTE | _READ_FILE))
     if not any(_beneath(os.path.realpath(scratch), os.path.realpath(d)) for d in denied):

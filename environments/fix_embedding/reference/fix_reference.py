@@ -162,7 +162,7 @@ def main() -> None:
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
     loss = train(large, data, steps=plan["adapter_steps"], batch_size=batch, block_size=block,
-                 lr=plan["adapter_lr"], params=[adapter], loss_fn=adapted_loss, weight_decay=0.0, seed=1)
+                 lr=plan["adapter_lr"], params=[adapter], loss_fn=adapted_loss, weight_decay=0.0, seed=1, device=device)
     print(f"adapter phase: loss {loss:.3f} ({time.time() - started:.0f}s)", flush=True)
 
     # Phase 2: fold the adapter into the embedding (original format), train the embedding.
@@ -170,14 +170,15 @@ def main() -> None:
         large.transformer.wte.weight.copy_(small_wte @ adapter)
     large.transformer.wte.weight.requires_grad_(True)
     loss = train(large, data, steps=plan["embedding_steps"], batch_size=batch, block_size=block,
-                 lr=plan["embedding_lr"], params=[large.transformer.wte.weight], weight_decay=0.0, seed=2)
+                 lr=plan["embedding_lr"], params=[large.transformer.wte.weight], weight_decay=0.0, seed=2,
+                 device=device)
     print(f"embedding phase: loss {loss:.3f} ({time.time() - started:.0f}s)", flush=True)
 
     # Phase 3: everything, gently.
     for p in large.parameters():
         p.requires_grad_(True)
     loss = train(large, data, steps=plan["full_steps"], batch_size=batch, block_size=block,
-                 lr=plan["full_lr"], seed=3)
+                 lr=plan["full_lr"], seed=3, device=device)
     print(f"full phase: loss {loss:.3f} ({time.time() - started:.0f}s)", flush=True)
     save_state(large, SOLUTION / "fixed_model.pth", half=params["profile"] == "paper")
     print(f"wrote {SOLUTION / 'fixed_model.pth'}")
