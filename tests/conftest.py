@@ -118,6 +118,38 @@ def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
                 fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def one_thread_beside_another_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist, a test that may run beside another one does its PyTorch work on one thread,
+    in this process and in the processes it starts (what an environment sets for itself still
+    wins). Each worker's PyTorch otherwise takes both cores, and its threads' spinning at every
+    parallel region costs the other worker's test CPU: a held-out test beside a busy core took
+    159 CPU-s with two threads and 126 with one. An `alone` test keeps every core."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or _gate_class(request.node).name == "alone":
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update(dict.fromkeys(THREAD_VARIABLES, "1"))
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(threads if threads is not None else os.cpu_count() or 1)
+
+
 def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """A folder every xdist worker of this run sees (the run's base temp folder), or this
     session's own when the tests run in one process."""
