@@ -36,27 +36,28 @@ Results as pandas DataFrames are in `rebench.analysis`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rebench.agents.base import AgentConfig
 from rebench.attempt_outcome import AttemptOutcome
-from rebench.campaign import CampaignSpec
-from rebench.campaign_service import resume_campaign, run_campaign
-from rebench.env_service import (
-    anchors_in_use,
-    build_environment,
-    calibrate,
-    choose_backend,
-    measure_noise,
-    noise_measured,
-)
-from rebench.observer import CalibrationResult, CampaignResult, Observer, PlannedCampaign
 from rebench.store.opening import open_store, using_store
 
 if TYPE_CHECKING:
+    from rebench.campaign import CampaignSpec
+    from rebench.campaign_service import resume_campaign, run_campaign
+    from rebench.env_service import (
+        anchors_in_use,
+        build_environment,
+        calibrate,
+        choose_backend,
+        measure_noise,
+        noise_measured,
+    )
     from rebench.human.service import HumanAttemptInfo, HumanStart
+    from rebench.observer import CalibrationResult, CampaignResult, Observer, PlannedCampaign
     from rebench.report.importer import ImportSummary
     from rebench.report.rows import Report
     from rebench.store.db import Store
@@ -86,6 +87,22 @@ __all__ = [
     "stop_human",
     "using_store",
 ]
+
+_LAZY = {
+    **dict.fromkeys(["CampaignSpec"], "rebench.campaign"),
+    **dict.fromkeys(["resume_campaign", "run_campaign"], "rebench.campaign_service"),
+    **dict.fromkeys(["anchors_in_use", "build_environment", "calibrate", "choose_backend", "measure_noise",
+                     "noise_measured"], "rebench.env_service"),
+    **dict.fromkeys(["CalibrationResult", "CampaignResult", "Observer", "PlannedCampaign"], "rebench.observer"),
+}
+"""Names loaded on first use: the campaign machinery (runner, sandboxes, environment builds: about 0.1 s)
+is not needed by `rebench report`, `import` or a script that only reads results."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (),

@@ -20,17 +20,17 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebench.environments.metadata import Gateway
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
-from rebench.gateway.server import GatewayServer
-from rebench.gateway.upstream_choice import make_upstream
-from rebench.gateway.upstreams import upstream_price
 from rebench.models.names import parse_model, require_key
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.store.db import Store
+
+if TYPE_CHECKING:  # the server (uvicorn, Starlette, httpx) loads in start(): most attempts have no gateway
+    from rebench.gateway.server import GatewayServer
 
 GATEWAY_PORT = 4141
 """The gateway's port inside a Docker sandbox (the forwarder's); the local backend takes a free one."""
@@ -114,6 +114,10 @@ class AttemptGateway:
 
     async def start(self) -> None:
         """Load the upstream (a local model: in a thread) and listen."""
+        from rebench.gateway.server import GatewayServer  # lazy: only profiles with a gateway pay for it
+        from rebench.gateway.upstream_choice import make_upstream
+        from rebench.gateway.upstreams import upstream_price
+
         upstream = await asyncio.to_thread(make_upstream, self.gateway, self.env.root, self.assets)
         self.server = GatewayServer(self.gateway, upstream, store=self.store, attempt_id=self.attempt_id,
                                     price=upstream_price(self.gateway), credit_usd=self.credit_usd)

@@ -8,10 +8,9 @@ The SDKs (`openai`, `anthropic`) are imported only when a client is built.
 from __future__ import annotations
 
 import importlib.util
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rebench.errors import RebenchError
-from rebench.models.calls import RETRY_PAUSE_REASON, ModelCaller, RetryPolicy
 from rebench.models.messages import (
     Completion,
     ContextWindowExceeded,
@@ -23,6 +22,9 @@ from rebench.models.messages import (
 )
 from rebench.models.names import KEY_VARIABLES, PROVIDERS, ModelSpec, parse_model, read_key, require_key
 from rebench.models.prices import DEFAULT_CONTEXT_WINDOW, ModelPrice, load_prices, price_for
+
+if TYPE_CHECKING:
+    from rebench.models.calls import RETRY_PAUSE_REASON, ModelCaller, RetryPolicy
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -50,6 +52,18 @@ __all__ = [
     "read_key",
     "require_key",
 ]
+
+_FROM_CALLS = ("RETRY_PAUSE_REASON", "ModelCaller", "RetryPolicy")
+
+
+def __getattr__(name: str) -> Any:
+    """The caller's names load on first use: rebench.models.calls logs requests in the store (SQLAlchemy,
+    about 0.3 s), and `rebench run --help` or a usage error reads only the agent's configuration."""
+    if name in _FROM_CALLS:
+        from rebench.models import calls
+
+        return getattr(calls, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from rebench.scoring.heldout import HeldoutSolution, split_anchors
 from rebench.scoring.normalize import normalize
 
@@ -80,12 +78,16 @@ def summary_fields(members: Sequence[HeldoutRun]) -> dict[str, Any]:
     scored = [r for r in members if r.heldout_score is not None]
     if not scored:
         return {}
+    import numpy as np  # lazy: `rebench attempts show` reads this module's fields without NumPy (0.2 s)
+
     return {"heldout_mean": float(np.mean([r.heldout_score for r in scored])), "heldout_n": len(scored),
             "heldout_anchors": ",".join(sorted({r.heldout_anchors for r in scored if r.heldout_anchors}))}
 
 
 def agent_fields(runs: Sequence[HeldoutRun], n_bootstrap: int, seed: int) -> dict[str, Any]:
     """AgentSummary's mean gap with its bootstrap interval, probing count and score calls per hour."""
+    import numpy as np  # lazy, as in summary_fields
+
     out: dict[str, Any] = {}
     rates = [r.calls_per_hour for r in runs if r.calls_per_hour is not None]
     if rates:
