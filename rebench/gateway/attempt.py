@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 from rebench.environments.metadata import Gateway
 from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
+from rebench.gateway.upstreams import Upstream, upstream_price
 from rebench.models.names import parse_model, require_key
 from rebench.sandbox.base import Sandbox, SandboxSpec
 from rebench.store.db import Store
 
-if TYPE_CHECKING:  # the server (uvicorn, Starlette, httpx) loads in start(): most attempts have no gateway
+if TYPE_CHECKING:  # the server (uvicorn, Starlette, httpx2) loads in start(): most attempts have no gateway
     from rebench.gateway.server import GatewayServer
 
 GATEWAY_PORT = 4141
@@ -51,6 +52,15 @@ def check_gateway(gateway: Gateway | None) -> None:
             raise RebenchError(f"gateway upstream {gateway.upstream!r} needs local_model (a .py file)")
         return
     require_key(parse_model(f"{provider}/{name}", base_url=gateway.base_url))
+
+
+def _load(gateway: Gateway, env_root: Path, assets: Path | None) -> tuple[Upstream, type[GatewayServer]]:
+    """The upstream and the server class, in a thread: a local model loads slowly, and the server's
+    first import (uvicorn, Starlette, httpx2: about 0.2 s) would block the event loop."""
+    from rebench.gateway.server import GatewayServer
+    from rebench.gateway.upstream_choice import make_upstream
+
+    return make_upstream(gateway, env_root, assets), GatewayServer
 
 
 def env_file(base_url: str, token: str, model: str) -> bytes:
@@ -113,14 +123,10 @@ class AttemptGateway:
         return f"http://127.0.0.1:{port}/v1"
 
     async def start(self) -> None:
-        """Load the upstream (a local model: in a thread) and listen."""
-        from rebench.gateway.server import GatewayServer  # lazy: only profiles with a gateway pay for it
-        from rebench.gateway.upstream_choice import make_upstream
-        from rebench.gateway.upstreams import upstream_price
-
-        upstream = await asyncio.to_thread(make_upstream, self.gateway, self.env.root, self.assets)
-        self.server = GatewayServer(self.gateway, upstream, store=self.store, attempt_id=self.attempt_id,
-                                    price=upstream_price(self.gateway), credit_usd=self.credit_usd)
+        """Load the upstream (a local model) and the server's code in a thread, and listen."""
+        upstream, server = await asyncio.to_thread(_load, self.gateway, self.env.root, self.assets)
+        self.server = server(self.gateway, upstream, store=self.store, attempt_id=self.attempt_id,
+                             price=upstream_price(self.gateway), credit_usd=self.credit_usd)
         saved = self._saved()
         if saved:
             self.server.use_tokens(saved["tokens"])
