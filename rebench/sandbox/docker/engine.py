@@ -48,6 +48,12 @@ def owner_alive(token: str) -> bool:
     return owner_token(int(pid)) == token
 
 
+REMOVE_TRIES = 4
+REMOVE_PAUSE_S = 0.5
+"""A force-removal the engine failed for the container's files still changing (moby's overlay2
+"directory not empty") is tried again after 0.5, 1 and 1.5 s."""
+
+
 class DockerEngine:
     """A thin, typed wrapper over the SDK client for everything besides sandboxes."""
 
@@ -209,18 +215,25 @@ class DockerEngine:
 
     def remove_container(self, container_id: str) -> bool:
         """Force-remove a container; False when it is gone already or another removal is under way.
-        An agent cgroup its killed harness left frozen is thawed first, or the engine cannot kill it."""
-        try:
-            container = self.client.containers.get(container_id)
-            thaw_left_frozen(str(container.id))
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            return False
-        except docker.errors.APIError as exc:
-            if "already in progress" in str(exc):
+        An agent cgroup its killed harness left frozen is thawed first, or the engine cannot kill it.
+        A removal that races the container's last writes ("failed to remove root filesystem ...
+        directory not empty": the engine leaves the container dead) is tried again, a few times."""
+        for attempt in range(REMOVE_TRIES):
+            try:
+                container = self.client.containers.get(container_id)
+                thaw_left_frozen(str(container.id))
+                container.remove(force=True, v=True)
+            except docker.errors.NotFound:
                 return False
-            raise SandboxError(f"could not remove container {container_id[:12]}: "
-                               f"{getattr(exc, 'explanation', None) or exc}") from exc
+            except docker.errors.APIError as exc:
+                if "already in progress" in str(exc):
+                    return False
+                if "failed to remove root filesystem" in str(exc) and attempt + 1 < REMOVE_TRIES:
+                    time.sleep(REMOVE_PAUSE_S * (attempt + 1))
+                    continue
+                raise SandboxError(f"could not remove container {container_id[:12]}: "
+                                   f"{getattr(exc, 'explanation', None) or exc}") from exc
+            return True
         return True
 
     def volumes(self, label: str = LABEL_ATTEMPT) -> list[tuple[str, dict[str, str]]]:
