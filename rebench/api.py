@@ -36,10 +36,11 @@ Results as pandas DataFrames are in `rebench.analysis`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 from rebench.agents.base import AgentConfig
 from rebench.attempt_outcome import AttemptOutcome
@@ -88,21 +89,23 @@ __all__ = [
     "using_store",
 ]
 
-_LAZY = {
-    **dict.fromkeys(["CampaignSpec"], "rebench.campaign"),
-    **dict.fromkeys(["resume_campaign", "run_campaign"], "rebench.campaign_service"),
-    **dict.fromkeys(["anchors_in_use", "build_environment", "calibrate", "choose_backend", "measure_noise",
-                     "noise_measured"], "rebench.env_service"),
-    **dict.fromkeys(["CalibrationResult", "CampaignResult", "Observer", "PlannedCampaign"], "rebench.observer"),
-}
-"""Names loaded on first use: the campaign machinery (runner, sandboxes, environment builds: about 0.1 s)
-is not needed by `rebench report`, `import` or a script that only reads results."""
+# The campaign machinery (runner, sandboxes, environment builds: about 0.1 s) loads on first use of
+# one of its names, as rebench.gateway's and rebench.agents' do: `rebench report`, `import` and
+# scripts that only read results do not need it.
+_lazy_getattr, _lazy_dir, _lazy_names = lazy_loader.attach("rebench", submod_attrs={
+    "campaign": ["CampaignSpec"],
+    "campaign_service": ["resume_campaign", "run_campaign"],
+    "env_service": ["anchors_in_use", "build_environment", "calibrate", "choose_backend", "measure_noise",
+                    "noise_measured"],
+    "observer": ["CalibrationResult", "CampaignResult", "Observer", "PlannedCampaign"],
+})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> object:
+    try:
+        return _lazy_getattr(name)
+    except AttributeError:  # lazy_loader names the package, not this module
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def report(db: Store | Path | str | None = None, *, campaigns: Sequence[int] = (),

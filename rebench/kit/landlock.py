@@ -40,10 +40,6 @@ _FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1
 _FILE_ONLY_EXTRA = {3: 1 << 14, 5: (1 << 14) | (1 << 15)}  # truncate, ioctl on devices
 _NO_WRITE_IN_DEV = ("shm", "mqueue")  # shared folders where a file would outlive the call (shm: its own rule)
 SHARED_MEMORY = "/dev/shm"
-_PROC_EXTRA = (1 << 14) | (1 << 15)
-"""Truncating (and device ioctls, where the ABI has them) in /proc: CUDA's driver opens a /proc
-file with O_TRUNC when it starts, and without that right cudaGetDeviceCount fails with error 304
-(seen on an H200; writing alone, or writing in /sys, was not enough). /proc keeps nothing written."""
 _SCRATCH_ENV = ("HOME", "TMPDIR", "TMP", "TEMP")
 
 
@@ -120,7 +116,10 @@ def _rules(denied: list[str], scratch: str, rights: int, file_rights: int) -> li
                 rules.append((SHARED_MEMORY, rights, file_rights))
             rules.append((path, _READ_ONLY, _EXECUTE | _READ_FILE))
         elif path == "/proc":
-            rules.append((path, _READ_ONLY | _WRITE_FILE | (file_rights & _PROC_EXTRA), file_rights))
+            # every right a file has here (writing, and truncating: CUDA's driver opens a /proc file
+            # with O_TRUNC when it starts, and without that right cudaGetDeviceCount fails with
+            # error 304, seen on an H200), but no making or removing: /proc keeps nothing written
+            rules.append((path, file_rights | _READ_DIR, file_rights))
         else:
             rules.append((path, _READ_ONLY, _EXECUTE | _READ_FILE))
     if not any(_beneath(os.path.realpath(scratch), os.path.realpath(d)) for d in denied):

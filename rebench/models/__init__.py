@@ -8,7 +8,9 @@ The SDKs (`openai`, `anthropic`) are imported only when a client is built.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import lazy_loader
 
 from rebench.errors import RebenchError
 from rebench.models.messages import (
@@ -53,17 +55,11 @@ __all__ = [
     "require_key",
 ]
 
-_FROM_CALLS = ("RETRY_PAUSE_REASON", "ModelCaller", "RetryPolicy")
-
-
-def __getattr__(name: str) -> Any:
-    """The caller's names load on first use: rebench.models.calls logs requests in the store (SQLAlchemy,
-    about 0.3 s), and `rebench run --help` or a usage error reads only the agent's configuration."""
-    if name in _FROM_CALLS:
-        from rebench.models import calls
-
-        return getattr(calls, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The caller's names load on first use (lazy_loader, as rebench.agents' do): rebench.models.calls logs
+# requests in the store (SQLAlchemy, about 0.3 s), and `rebench run --help` or a usage error reads
+# only the agent's configuration.
+__getattr__, _lazy_dir, _lazy_names = lazy_loader.attach(__name__, submod_attrs={
+    "calls": ["RETRY_PAUSE_REASON", "ModelCaller", "RetryPolicy"]})
 
 
 
