@@ -34,6 +34,7 @@ ENV = REPO / "environments" / "triton_cumsum"
 # Scores are ln(ms): the hostile solution must not be more than 25% faster than the honest one.
 NOISE = math.log(1.25)
 MAX_ROUNDS = 8
+DOCKER_ROUNDS = 3
 
 # Every buffer the algorithm uses is allocated once per size and reused, and the answer is written
 # where the caller says: a fresh 8 MB tensor per call costs page faults whose count depends on where
@@ -360,21 +361,35 @@ def replay(tmp_path: Path, hostile: str) -> tuple[dict[str, Any], list[dict[str,
 @pytest.mark.torch
 @pytest.mark.parametrize("attack", ["precompute", "double_fork"])
 def test_hostile_helpers_gain_nothing_on_docker(tmp_path: Path, attack: str) -> None:
-    row, events = replay(tmp_path, ATTACKS[attack])
-    calls = [e for e in events if e["kind"] == "intermediate"]
-    assert len(calls) == 4, events  # every score call is recorded, in order
-    honest, hostile = calls[0::2], calls[1::2]
-    assert all(e["valid"] for e in honest), honest
-    # The hostile solution computes correct answers, so it stays valid; it must just not be faster.
-    assert all(e["valid"] for e in hostile), hostile
-    assert_no_gain([e["raw"] for e in honest], [e["raw"] for e in hostile])
-    for event in hostile:  # the attack really ran, and its helper did not outlive the scoring call
-        details = json.loads(event["details"])
-        assert "attack: helper" in details["solution_output"], details
-        assert details["processes"] >= 2, details  # the helper was in the charged process tree
-    # The scorer cannot signal the submitted code's user; the exec server ends all of its processes
-    # when the scoring call ends, which the agent saw after each hostile call.
-    left = (Path(row["snapshot_path"]) / LEFT_FILE).read_text().split()
-    assert left == ["0", "0"], left
-    valid = [e["raw"] for e in events if e["valid"]]
-    assert row["final_raw"] == pytest.approx(min(valid))  # best of what was recorded, nothing else
+    # Each attempt scores each side twice. Beside another test's load, both hostile calls of one attempt
+    # once came out 25% under the honest ones (CI, 14.0 and 12.6 ms against 19.8 and 16.7), and that
+    # attack was at 0.9-1.1 of the honest timing when run again; a hole in the charging puts every call
+    # at 0.5-0.6. So, as in the local cases, each side counts by its median and another attempt runs
+    # only while the attack looks faster, up to three.
+    honest_raw: list[float] = []
+    hostile_raw: list[float] = []
+    for round_ in range(DOCKER_ROUNDS):
+        folder = tmp_path / f"round{round_}"
+        folder.mkdir()
+        row, events = replay(folder, ATTACKS[attack])
+        calls = [e for e in events if e["kind"] == "intermediate"]
+        assert len(calls) == 4, events  # every score call is recorded, in order
+        honest, hostile = calls[0::2], calls[1::2]
+        assert all(e["valid"] for e in honest), honest
+        # The hostile solution computes correct answers, so it stays valid; it must just not be faster.
+        assert all(e["valid"] for e in hostile), hostile
+        for event in hostile:  # the attack really ran, and its helper did not outlive the scoring call
+            details = json.loads(event["details"])
+            assert "attack: helper" in details["solution_output"], details
+            assert details["processes"] >= 2, details  # the helper was in the charged process tree
+        # The scorer cannot signal the submitted code's user; the exec server ends all of its processes
+        # when the scoring call ends, which the agent saw after each hostile call.
+        left = (Path(row["snapshot_path"]) / LEFT_FILE).read_text().split()
+        assert left == ["0", "0"], left
+        valid = [e["raw"] for e in events if e["valid"]]
+        assert row["final_raw"] == pytest.approx(min(valid))  # best of what was recorded, nothing else
+        honest_raw += [e["raw"] for e in honest]
+        hostile_raw += [e["raw"] for e in hostile]
+        if statistics.median(hostile_raw) >= statistics.median(honest_raw) - NOISE:
+            break
+    assert_no_gain([statistics.median(honest_raw)], [statistics.median(hostile_raw)])
