@@ -1,5 +1,7 @@
 """Start-up cost of the command line: `rebench --help` and `rebench envs list`, against a bare Typer app,
-and two commands that only read a database (`attempts list`, `report --json`).
+two commands that only read a database (`attempts list`, `report --json`), and making a new database
+from the head schema's script beside making it by the migrations (what every command that made one
+did before; the same Store, with the script turned off).
 
 Each command runs in a fresh interpreter N times; the figures are the median wall and CPU
 (user + system) seconds of the child process. The goal for `rebench --help` is under 0.3 s
@@ -41,6 +43,16 @@ COMMANDS = {
 }
 
 
+NEW_DATABASE = ("import sys, uuid\nfrom rebench.store import head_schema\nfrom rebench.store.db import Store\n"
+                "if sys.argv[2] == 'migrations':\n    head_schema.create = lambda path: False\n"
+                "Store(f'{sys.argv[1]}/{uuid.uuid4().hex}.db').close()\n")
+
+
+def new_database_commands(folder: Path) -> dict[str, list[str]]:
+    return {f"new database ({how})": [sys.executable, "-c", NEW_DATABASE, str(folder), how]
+            for how in ("script", "migrations")}
+
+
 def measure(argv: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one run of argv in a child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -72,7 +84,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rebench-cli-startup-") as folder:
-        commands = {**COMMANDS, **database_commands(Path(folder))}
+        commands = {**COMMANDS, **database_commands(Path(folder)), **new_database_commands(Path(folder))}
         print(f"{'command':<24} {'median wall s':>14} {'median cpu s':>13}  ({args.runs} runs each)")
         for name, argv in commands.items():
             report(name, argv, args.runs)

@@ -1,5 +1,6 @@
-"""Opening the database: SQLite in WAL mode; read-only for commands that only read, and
-brought to this rebench's schema by Alembic only for commands that write, after a backup."""
+"""Opening the database: SQLite in WAL mode; read-only for commands that only read, made new from
+the head schema, and brought to this rebench's schema by Alembic only for commands that write,
+after a backup."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from rebench.errors import RebenchError
-from rebench.store.schema import MIGRATIONS_DIR, FileKind, backup, backup_path, head_revision, inspect_file
+from rebench.store.migration import migrate
+from rebench.store.schema import FileKind, backup, backup_path, head_revision, inspect_file
 
 
 def default_db_path() -> Path:
@@ -45,17 +47,6 @@ def _on_connect_read_only(dbapi_connection: Any, _record: Any) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr)
-
-
-def _upgrade(engine: Engine) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
 
 
 class Store:
@@ -91,14 +82,18 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise RebenchError(f"cannot create the database folder {str(self.path.parent)!r}: {exc}") from None
+            from rebench.store import head_schema
+
+            if state.kind is FileKind.MISSING and head_schema.create(self.path):
+                state = inspect_file(self.path)
             self.engine = create_engine(f"sqlite:///{self.path}", future=True)
             event.listen(self.engine, "connect", _on_connect)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         if state.kind is FileKind.MISSING:
-            _upgrade(self.engine)
+            migrate(self.engine)
         elif state.kind is FileKind.OLDER and not read_only:
             kept = backup(self.path, backup_path(state))
-            _upgrade(self.engine)
+            migrate(self.engine)
             on_upgrade(f"upgraded database {self.path} from schema {state.revision} to {head_revision()}; "
                        f"the file as it was is kept as {kept}")
         if not read_only:
