@@ -231,7 +231,7 @@ def test_upgrade_removes_repeated_runs_and_makes_run_id_unique(tmp_path: Path) -
     from sqlalchemy import MetaData, Table, create_engine
     from sqlalchemy.exc import IntegrityError
 
-    from rebench.store.db import MIGRATIONS_DIR
+    from rebench.store.schema import MIGRATIONS_DIR
 
     db = tmp_path / "old.db"
     engine = create_engine(f"sqlite:///{db}")

@@ -15,8 +15,9 @@ from alembic import command
 from alembic.config import Config
 
 from rebench import api
-from rebench.store.db import MIGRATIONS_DIR, Store
+from rebench.store.db import Store
 from rebench.store.models import Attempt
+from rebench.store.schema import MIGRATIONS_DIR
 
 from .conftest import run_main
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from rebench.errors import RebenchError
-from rebench.store.db import MIGRATIONS_DIR, Store, integrity_ok
+from rebench.store.db import Store, integrity_ok
 from rebench.store.models import Attempt, Campaign
+from rebench.store.schema import MIGRATIONS_DIR
 
 from .conftest import run_cli
 
