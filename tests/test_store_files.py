@@ -5,6 +5,7 @@ gets one line and stays byte for byte as it was. Real SQLite files, the real CLI
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import subprocess
 import sys
@@ -259,6 +260,17 @@ def test_a_new_database_is_made_whole_or_not_at_all(tmp_path: Path, monkeypatch:
     assert head_schema.create(other) is False and other.read_bytes() == b""
     Store(other).close()  # an empty file is still a new database: the migrations make it
     assert _schema(other) == _schema(_made(tmp_path / "fresh.db"))
+
+
+def test_a_database_where_no_file_can_be_made_is_one_line_naming_it(fixture_envs: Path) -> None:
+    """A folder that takes no new file (here /proc, even for root) is refused in one line naming the
+    path, through the CLI too, not a traceback."""
+    with pytest.raises(RebenchError, match=re.escape("cannot create the database '/proc/rebench.db': unable to open")):
+        Store(Path("/proc/rebench.db"))
+    result = run_cli("run", "--env", "counter", "--agent", "reference", "--budget", "1m", "--backend", "local",
+                     "--db", "/proc/rebench.db")
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot create the database '/proc/rebench.db'" in result.stderr, result.stderr
 
 
 def _made(path: Path) -> Path:

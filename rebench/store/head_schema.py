@@ -16,6 +16,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from rebench.errors import RebenchError
+
 SCRIPT = Path(__file__).with_name("head_schema.sql")
 _HEADER = ("-- The schema rebench's migrations end at, as SQLite stores it; a new database is made from it.\n"
            "-- Written by `python -m rebench.store.head_schema`: do not edit.\n")
@@ -62,7 +64,10 @@ def create(path: Path) -> bool:
         return False
     building = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
     try:
-        connection = sqlite3.connect(building)  # SQLite makes the file with the umask's mode, as it would at `path`
+        try:  # SQLite makes the file with the umask's mode, as it would at `path`
+            connection = sqlite3.connect(building)
+        except sqlite3.OperationalError as exc:  # the folder takes no new file (/proc, read-only)
+            raise RebenchError(f"cannot create the database {str(path)!r}: {exc}") from None
         try:
             connection.execute("PRAGMA journal_mode=WAL")  # kept in the file, as the Store's connections set it
             connection.executescript(f"BEGIN;\n{SCRIPT.read_text(encoding='utf-8')}COMMIT;\n")
