@@ -51,11 +51,21 @@ description = "the model's weights"
 
 
 @pytest.fixture
-def asset_env(fixture_envs: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """The counter fixture with a build.py, and its `lower` profile declaring one asset; returns
-    (environment folder, a correct asset file)."""
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of this test's own: the run's shared one holds other workers' half-finished
+    `.build-*` folders of the counter fixture at any moment, which a check for leftovers of this
+    test's build cannot tell from its own."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("REBENCH_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def asset_env(fixture_envs: Path, tmp_path: Path, own_cache: Path) -> tuple[Path, Path]:
+    """The counter fixture with a build.py, and its `lower` profile declaring one asset, built
+    into `own_cache`; returns (environment folder, a correct asset file)."""
     folder = fixture_envs / "counter"
-    (folder / "build.py").write_text(f"{BUILD}# {tmp_path}\n")  # its own content hash: no build shared by tests
+    (folder / "build.py").write_text(BUILD)
     with (folder / "environment.toml").open("a") as toml:
         toml.write(_asset_block(_sha(ORIGINAL)))
     asset = tmp_path / "weights.txt"
@@ -63,11 +73,10 @@ def asset_env(fixture_envs: Path, tmp_path: Path) -> tuple[Path, Path]:
     return folder, asset
 
 
-def _built_folders(cache: Path, folder: Path) -> list[Path]:
-    """The finished or half-finished builds of this test's environment copy."""
-    env = EnvironmentRegistry(folder.parent).get("counter")
+def _built_folders(cache: Path) -> list[Path]:
+    """The finished or half-finished builds of the counter fixture in this test's own cache."""
     root = cache / "assets" / "counter"
-    return sorted(root.glob(f"*{env.content_hash('lower')}*")) + sorted(root.glob(".build-*"))
+    return sorted(root.iterdir()) if root.exists() else []
 
 
 def _error_line(stderr: str) -> str:
@@ -116,16 +125,16 @@ def test_profile_requirements_go_into_the_wheelhouse(fixture_envs: Path) -> None
 
 
 def test_missing_asset_is_one_line_naming_it_and_nothing_is_built(asset_env: tuple[Path, Path],
-                                                                   isolated_cache: Path) -> None:
+                                                                   own_cache: Path) -> None:
     result = run_cli("envs", "build", "counter", "--profile", "lower", "--backend", "local")
     assert result.returncode == 2
     line = _error_line(result.stderr)
     assert "'weights'" in line and "https://example.org/weights.txt" in line and "--asset weights=PATH" in line
-    assert _built_folders(isolated_cache, asset_env[0]) == []
+    assert _built_folders(own_cache) == []
 
 
 def test_wrong_asset_is_refused_by_its_sha256(asset_env: tuple[Path, Path], tmp_path: Path,
-                                              isolated_cache: Path) -> None:
+                                              own_cache: Path) -> None:
     wrong = tmp_path / "other.txt"
     wrong.write_text("some other file\n")
     result = run_cli("envs", "build", "counter", "--profile", "lower", "--backend", "local",
@@ -133,7 +142,7 @@ def test_wrong_asset_is_refused_by_its_sha256(asset_env: tuple[Path, Path], tmp_
     assert result.returncode == 2
     line = _error_line(result.stderr)
     assert "'weights'" in line and "sha256" in line and str(wrong) in line
-    assert _built_folders(isolated_cache, asset_env[0]) == []
+    assert _built_folders(own_cache) == []
 
 
 @pytest.mark.parametrize(("option", "expected"), [
@@ -148,12 +157,12 @@ def test_bad_asset_options(asset_env: tuple[Path, Path], option: str, expected: 
 
 
 def test_asset_given_on_the_command_line_is_built_from_not_kept(asset_env: tuple[Path, Path],
-                                                                 isolated_cache: Path) -> None:
+                                                                 own_cache: Path) -> None:
     _folder, asset = asset_env
     result = run_cli("envs", "build", "counter", "--profile", "lower", "--backend", "local",
                      "--asset", f"weights={asset}")
     assert result.returncode == 0, result.stderr
-    (built,) = _built_folders(isolated_cache, asset_env[0])
+    (built,) = _built_folders(own_cache)
     assert (built / "home" / "derived.txt").read_text() == ORIGINAL.upper()
     kept = [p for p in built.rglob("*") if p.is_file() and ORIGINAL in p.read_text(errors="replace")]
     assert kept == [] and not any(p.is_symlink() for p in built.rglob("*"))
@@ -163,7 +172,7 @@ def test_asset_given_on_the_command_line_is_built_from_not_kept(asset_env: tuple
 
 
 def test_settings_file_names_the_asset(asset_env: tuple[Path, Path], tmp_path: Path,
-                                       isolated_cache: Path) -> None:
+                                       own_cache: Path) -> None:
     """REBENCH_ASSETS names a TOML file with one table per environment; a relative path is
     relative to that file."""
     _folder, asset = asset_env
@@ -172,7 +181,7 @@ def test_settings_file_names_the_asset(asset_env: tuple[Path, Path], tmp_path: P
     result = run_cli("envs", "build", "counter", "--profile", "lower", "--backend", "local",
                      env={"REBENCH_ASSETS": str(settings)})
     assert result.returncode == 0, result.stderr
-    (built,) = _built_folders(isolated_cache, asset_env[0])
+    (built,) = _built_folders(own_cache)
     assert (built / "home" / "derived.txt").read_text() == ORIGINAL.upper()
     settings.write_text("[counter\n")
     broken = run_cli("envs", "build", "counter", "--profile", "lower", "--backend", "local",
@@ -212,19 +221,16 @@ def test_paper_kernel_without_a_gpu_refuses_at_once(db_path: Path, tmp_path: Pat
             assert db.execute("select count(*) from calibrations").fetchone() == (0,)
 
 
-def test_paper_fix_embedding_build_without_assets_names_them(isolated_cache: Path) -> None:
-    def venvs() -> set[Path]:  # the cache is the session's: other tests may have built tiny ones
-        return set((isolated_cache / "venvs").glob("fix_embedding-*"))
-
-    before = venvs()
+def test_paper_fix_embedding_build_without_assets_names_them(own_cache: Path) -> None:
     result = run_cli("envs", "build", "fix_embedding", "--profile", "paper", "--backend", "local",
                      env={"REBENCH_ENVIRONMENTS": str(REPO / "environments"),
-                          "REBENCH_ASSETS": str(isolated_cache / "no-settings.toml")})
+                          "REBENCH_ASSETS": str(own_cache / "no-settings.toml")})
     assert result.returncode == 2
     line = _error_line(result.stderr)
     assert "needs asset 'gpt2'" in line and "huggingface.co/openai-community/gpt2/" in line
     assert "ModuleNotFoundError" not in result.stderr
-    assert venvs() == before, "no virtualenv may be made for a build that cannot start"
+    made = list(own_cache.glob("venvs/*")) + list(own_cache.glob("assets/*/*"))
+    assert made == [], "no virtualenv or assets may be made for a build that cannot start"
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
