@@ -2,7 +2,9 @@
 ground-truth sweep, LLM Foundry's hidden training file and reference model or the Rust hidden
 problems (both splits: score calls' and the held-out final's), nor find a readable copy of them
 anywhere in its container. Each test builds the environment's image (tiny, or the
-smaller `ci` profile where one exists) and runs an adversarial `replay` attempt."""
+smaller `ci` profile where one exists), then either probes as the agent in a sandbox set up as an
+attempt's is (the same start and install, without scoring the starting solution, which tells the
+probe nothing and costs up to half a minute of CPU) or runs an adversarial `replay` attempt."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, run_cli
-from .docker_support import base_image, docker_engine
+from .docker_support import base_image, docker_engine, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -31,7 +33,7 @@ PROFILE = {"optimize_llm_foundry": "ci", "rust_codecontests_inference": "ci"}
 
 
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
-def test_held_out_files_are_unreadable(name: str, tmp_path: Path) -> None:
+def test_held_out_files_are_unreadable(name: str) -> None:
     base_image(docker_engine())
     profile = PROFILE.get(name, "tiny")
     built = run_cli("envs", "build", name, "--profile", profile, "--backend", "docker", timeout=1200)
@@ -43,23 +45,29 @@ def test_held_out_files_are_unreadable(name: str, tmp_path: Path) -> None:
     # one walk of the whole file system for all the names (each walk reads every folder of the image)
     names = " -o ".join(f"-name {filename}" for filename in HELD_OUT[name])
     probes.append(f"find / -xdev \\( {names} \\) -readable -print 2>/dev/null | sed 's/^/READABLE /'")
-    probe = "{ ls /protected; " + "; ".join(probes) + "; } > probe.txt 2>&1; true"
-    script = tmp_path / "probe.yaml"
-    script.write_text(yaml.safe_dump({"actions": [{"bash": probe}, {"submit": None}]}))
-    db = tmp_path / "rebench.db"
-    result = run_cli("run", "--env", name, "--agent", "replay", "--agent-arg", f"script={script}",
-                     "--profile", profile, "--budget", "5m", "--backend", "docker", "--db", str(db),
-                     "--no-calibrate", timeout=900)  # what the probe sees, not the score: no anchors measured first
-    assert result.returncode == 0, result.stderr
-    with sqlite3.connect(db) as connection:
-        (status, snapshot), = connection.execute("select status, snapshot_path from attempts").fetchall()
-    assert status == "done"
-    seen = (Path(snapshot) / "probe.txt").read_text()
+    probe = "ls /protected; " + "; ".join(probes) + "; true"
+    seen = run(_as_the_agent(name, profile, probe))
     assert "READABLE" not in seen, seen
     denied = seen.count("Permission denied")
     assert denied >= 1 + len(HELD_OUT[name]), seen  # ls /protected and each wc -c /protected/FILE
     for filename in HELD_OUT[name]:
         assert f"/protected/{filename}\n" not in seen.replace("wc: ", ""), seen
+
+
+async def _as_the_agent(name: str, profile: str, command: str) -> str:
+    """What `command` prints (stdout and stderr) run as the agent's bash tool runs it, in a fresh
+    sandbox of the built image where the environment is installed and the gateway started as at the
+    start of an attempt (rebench.calibration.scoring_sandbox: the path every attempt's setup and
+    every calibration take)."""
+    from rebench.calibration import scoring_sandbox
+    from rebench.environments.registry import EnvironmentRegistry
+
+    env = EnvironmentRegistry(REPO / "environments").get(name)
+    async with scoring_sandbox(env, profile, "docker") as (sandbox, _gateway):
+        # as the agent's bash tool runs a command (rebench.context.AttemptContext.bash)
+        done = await sandbox.exec(f"{{ {command}; }} 2>&1", user="agent", timeout=300)
+    assert done.exit_code == 0, done.stderr
+    return done.stdout
 
 
 def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path: Path) -> None:
