@@ -241,29 +241,42 @@ path = sys.argv[1]
 with open(path, "w+b") as handle:
     handle.truncate(4096)
     mapped = mmap.mmap(handle.fileno(), 4096)
-print("ready", flush=True)
+print(path, flush=True)
 sys.stdin.read()  # holds the mapping until the test closes its stdin
 """
 
+SEMAPHORE_NEIGHBOUR = """
+import multiprocessing, sys
+lock = multiprocessing.get_context("spawn").Lock()  # a named POSIX semaphore, as a pool's
+print("/dev/shm/sem." + lock._semlock.name.lstrip("/"), flush=True)
+sys.stdin.read()
+"""
 
-def test_closing_a_child_keeps_shared_memory_another_process_still_maps(tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("neighbour_source", [NEIGHBOUR, SEMAPHORE_NEIGHBOUR], ids=["mapped-file", "semaphore"])
+def test_closing_a_child_keeps_shared_memory_another_process_still_maps(tmp_path: Path, neighbour_source: str) -> None:
     """Closing a child used to remove every /dev/shm entry made during the call, also a semaphore a
-    parallel build of the same user had just made (its tokenizer pool then failed). What the child
-    left, mapped by nobody, still goes."""
+    parallel build of the same user had just made (its tokenizer pool then failed); then every named
+    semaphore still, found by name in the memory maps, where sem_open's maker maps it under another
+    name (the pool restarted its workers forever). What the child left, mapped by nobody, still goes."""
     if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm here")
     tag = uuid.uuid4().hex[:12]
-    neighbours, lefts = Path(f"/dev/shm/rebench-test-neighbour-{tag}"), Path(f"/dev/shm/rebench-test-left-{tag}")
+    lefts = Path(f"/dev/shm/rebench-test-left-{tag}")
     worker = f"open({str(lefts)!r}, 'w').write('left by the child')"
     child = ConfinedChild({}, worker, [], cwd=str(tmp_path))
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(neighbours)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
+    neighbour = subprocess.Popen([sys.executable, "-c", neighbour_source, f"/dev/shm/rebench-test-neighbour-{tag}"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    neighbours = None
     try:
-        assert neighbour.stdout is not None and neighbour.stdout.readline().strip() == "ready"
+        assert neighbour.stdout is not None
+        neighbours = Path(neighbour.stdout.readline().strip())
+        assert neighbours.exists(), neighbours
         child.close()
         assert neighbours.exists(), "a parallel process's shared memory was removed"
         assert not lefts.exists(), "what the child left in /dev/shm outlived the call"
     finally:
         neighbour.communicate(timeout=10)
-        neighbours.unlink(missing_ok=True)
+        if neighbours is not None and neighbours.name.startswith("rebench-test-"):
+            neighbours.unlink(missing_ok=True)
         lefts.unlink(missing_ok=True)

@@ -33,6 +33,7 @@ import json
 import os
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -81,21 +82,31 @@ def shared_memory_entries() -> set[str]:
         return set()
 
 
-def mapped_shared_memory() -> set[str]:
-    """The /dev/shm names that a process whose memory map this process may read has mapped now."""
-    names: set[str] = set()
+def mapped_shared_memory() -> set[tuple[int, int]]:
+    """(device, inode) of every file in /dev/shm that a process whose memory map this process may
+    read has mapped now. By inode, not by name: a named semaphore is mapped under the temporary
+    name sem_open made it under (shown "(deleted)"), then linked into place under its own."""
+    try:
+        shm_device = os.stat("/dev/shm").st_dev
+    except OSError:
+        return set()
+    files: set[tuple[int, int]] = set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
                 for line in maps:
-                    start = line.find("/dev/shm/")
-                    if start >= 0:
-                        names.add(line[start + len("/dev/shm/"):].rstrip("\n").removesuffix(" (deleted)"))
-        except OSError:  # gone, or another user's: what it maps is not kept on its account
+                    if "/dev/shm/" not in line:
+                        continue
+                    # address perms offset major:minor inode path
+                    fields = line.split(maxsplit=5)
+                    major, minor = fields[3].split(":")
+                    if os.makedev(int(major, 16), int(minor, 16)) == shm_device:
+                        files.add((shm_device, int(fields[4])))
+        except (OSError, ValueError, IndexError):  # gone, or another user's: what it maps is not kept on its account
             continue
-    return names
+    return files
 
 
 def remove_new_shared_memory(before: set[str]) -> None:
@@ -103,12 +114,22 @@ def remove_new_shared_memory(before: set[str]) -> None:
     confined child may use shared memory; what it leaves must not outlive the call: the Docker
     exec server removes the rest, owned by another user, when the call ends). An entry that a live
     process still maps is another process's (the child is gone by now: a parallel build's or
-    attempt's semaphore, made during the call by the same user) and stays."""
+    attempt's semaphore, made during the call by the same user) and stays. The names are listed
+    before the maps are read: a semaphore is mapped by its maker before its name appears, so a
+    listed entry that a live process made is in a map read afterwards. (Matched by name and read
+    before the listing, live semaphores were removed: a parallel build's process pool lost its
+    locks and restarted its workers forever.)"""
+    new = shared_memory_entries() - before
+    if not new:
+        return
     in_use = mapped_shared_memory()
-    for name in shared_memory_entries() - before - in_use:
+    for name in new:
         path = os.path.join("/dev/shm", name)
         with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
+            info = os.lstat(path)
+            if (info.st_dev, info.st_ino) in in_use:
+                continue
+            if stat.S_ISDIR(info.st_mode):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
