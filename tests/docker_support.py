@@ -8,6 +8,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -68,5 +69,27 @@ def with_sandbox(image: str, body: Callable[[Any], Awaitable[T]], **spec: Any) -
     async def go() -> T:
         async with started_sandbox(image, **spec) as sandbox:
             return await body(sandbox)
+
+    return asyncio.run(go())
+
+
+def scored_as_an_attempt(name: str, profile: str, files: dict[str, str]) -> Any:
+    """One score call of environment `name`'s built Docker image as an attempt makes it, with
+    `files` (paths relative to the solution folder) written first with the agent's own rights:
+    the sandbox is set up as an attempt's is (rebench.calibration.scoring_sandbox: start, install,
+    gateway) and scored by an attempt's own call (rebench.scoring.run.run_scoring). No attempt
+    around it: an attempt would first score the starting solution, and after its submission the
+    held-out final, which tell a test of one call nothing. Returns the ScoreResult."""
+    from rebench.calibration import scoring_sandbox
+    from rebench.environments.registry import EnvironmentRegistry
+    from rebench.scoring.run import run_scoring
+
+    env = EnvironmentRegistry(Path(__file__).resolve().parents[1] / "environments").get(name)
+
+    async def go() -> Any:
+        async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
+            for path, content in files.items():
+                await sandbox.agent_write_file(f"{sandbox.paths.solution}/{path}", content.encode())
+            return await run_scoring(sandbox, env.profile(profile).score_timeout_s, gateway)
 
     return asyncio.run(go())

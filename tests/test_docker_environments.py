@@ -8,15 +8,12 @@ probe nothing and costs up to half a minute of CPU) or runs an adversarial `repl
 
 from __future__ import annotations
 
-import sqlite3
 import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
 from .conftest import REPO, run_cli
-from .docker_support import base_image, docker_engine, run
+from .docker_support import base_image, docker_engine, run, scored_as_an_attempt
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -70,7 +67,7 @@ async def _as_the_agent(name: str, profile: str, command: str) -> str:
     return done.stdout
 
 
-def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path: Path) -> None:
+def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring() -> None:
     """The scorer must read /protected/heldout.bin, but the agent's model.py runs in a
     confined child during the score call: it cannot open the file nor read the scorer's memory."""
     sys.path.insert(0, str(REPO / "environments" / "restricted_mlm" / "tests"))
@@ -79,17 +76,10 @@ def test_restricted_mlm_model_cannot_read_held_out_data_during_scoring(tmp_path:
     from rebench.environments.registry import EnvironmentRegistry
 
     base_image(docker_engine())
+    built = run_cli("envs", "build", "restricted_mlm", "--profile", "tiny", "--backend", "docker", timeout=1200)
+    assert built.returncode == 0, built.stderr
     vocab = EnvironmentRegistry(REPO / "environments").get("restricted_mlm").profile("tiny").params["vocab_size"]
     model = PEEKING_MODEL.format(vocab=vocab, heldout="/protected/heldout.bin", protected="/protected")
-    script = tmp_path / "peek.yaml"
-    script.write_text(yaml.safe_dump({"actions": [
-        {"write_file": {"path": "model.py", "content": model}},
-        {"score": {}}, {"submit": None}]}))
-    db = tmp_path / "rebench.db"
-    result = run_cli("run", "--env", "restricted_mlm", "--agent", "replay", "--agent-arg", f"script={script}",
-                     "--profile", "tiny", "--budget", "5m", "--backend", "docker", "--db", str(db), timeout=900)
-    assert result.returncode == 0, result.stderr
-    with sqlite3.connect(db) as connection:
-        scores = connection.execute("select raw, message from score_events where kind != 'baseline'").fetchall()
+    scored = scored_as_an_attempt("restricted_mlm", "tiny", {"model.py": model})
     # the model reports what it tried in the error it raises (it can write nowhere the agent reads)
-    assert scores and scores[0][0] is None and PEEK_REPORT in scores[0][1], scores
+    assert scored.raw is None and PEEK_REPORT in str(scored.message), scored
