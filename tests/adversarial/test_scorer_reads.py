@@ -2,10 +2,11 @@
 
 GPT-2 QA's scorer decoded answers with `~/vocab.json`: root-owned and read-only, but in a folder
 the agent owns, so the agent replaced it and changed its score. This test finds the same class of
-hole in every environment: it scores the starting solution of each environment's built image
-(tiny; `ci` where one exists) with the scoring helper's audit of every file the scoring program
-opens for reading (a Python audit hook), once more with the held-out final's params where the
-profile declares a `final_split` (docs/heldout.md: it reads another hidden file), then asks, as
+hole in every environment: it scores the starting solution (the reference where REFERENCE_SCORED
+says why) of each environment's built image (tiny; `ci` where one exists) with the scoring
+helper's audit of every file the scoring program opens for reading (a Python audit hook), once
+more with the held-out final's params where the profile declares a `final_split` (docs/heldout.md:
+it reads another hidden file), then asks, as
 the agent's uid in the same container, whether the agent could write any of those files or rename
 anything in a folder on their path. Files the scorer makes for itself (its results, its scratch
 folders) are left out; everything else must be closed to the agent.
@@ -28,6 +29,11 @@ ENVIRONMENTS = ["activation_sparsity", "fix_embedding", "high_norm_tokens", "nan
                 "restricted_mlm", "rust_codecontests_inference", "small_scaling_law", "triton_cumsum"]
 PROFILE = {"optimize_llm_foundry": "ci", "nanogpt_chat_rl": "ci", "rust_codecontests_inference": "ci"}
 """The smaller `ci` profile where one exists: the other tests build those, so the image is built once."""
+REFERENCE_SCORED = {"optimize_llm_foundry"}
+"""Scored with the reference solution in place of the starting one: LLM Foundry's starting finetune.sh
+costs 33 CPU-s on `ci`, the reference's 5, and the scorer opens the same files of its own for either
+(what it opens in the solution folder is the submission, left out of the question): 1786 files
+either way, the same ones (compared once)."""
 AUDIT = "/protected/results/opened.txt"
 
 # Run as the agent on each path the scorer opened: the path itself, then every folder above it.
@@ -73,7 +79,7 @@ def _not_in_question(path: str) -> bool:
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
-    from rebench.calibration import scoring_sandbox
+    from rebench.calibration import load_reference, scoring_sandbox
     from rebench.environments.install import FINAL_PARAMS_FILE, PARAMS_FILE, SCORING_DIR
     from rebench.environments.registry import EnvironmentRegistry
 
@@ -90,6 +96,8 @@ def test_the_agent_cannot_write_anything_its_scorer_reads(name: str) -> None:
     async def go() -> tuple[list[str], list[Any]]:
         async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
             paths = sandbox.paths
+            if name in REFERENCE_SCORED:
+                await load_reference(sandbox, env, log=lambda _: None)
             await sandbox.exec(["mkdir", "-p", paths.in_protected("results")], user="root", timeout=30)
             opened: list[str] = []
             for params in params_files:
