@@ -270,7 +270,9 @@ def test_closing_a_child_keeps_shared_memory_another_process_still_maps(tmp_path
     neighbours = None
     try:
         assert neighbour.stdout is not None
-        neighbours = Path(neighbour.stdout.readline().strip())
+        line = neighbour.stdout.readline().strip()  # empty if the neighbour failed
+        assert line.startswith("/dev/shm/"), line
+        neighbours = Path(line)
         assert neighbours.exists(), neighbours
         child.close()
         assert neighbours.exists(), "a parallel process's shared memory was removed"
