@@ -250,7 +250,8 @@ def test_a_new_database_is_made_whole_or_not_at_all(tmp_path: Path, monkeypatch:
     broken.write_text(head_schema.SCRIPT.read_text(encoding="utf-8") + "CREATE TABLE attempts (id INTEGER);\n")
     monkeypatch.setattr(head_schema, "SCRIPT", broken)
     target = tmp_path / "half.db"
-    with pytest.raises(sqlite3.OperationalError, match="already exists"):
+    refused = re.escape(f"cannot create the database {str(target)!r}: ") + ".*already exists"
+    with pytest.raises(RebenchError, match=refused):
         head_schema.create(target)
     assert list(tmp_path.iterdir()) == [broken]
 
@@ -260,6 +261,25 @@ def test_a_new_database_is_made_whole_or_not_at_all(tmp_path: Path, monkeypatch:
     assert head_schema.create(other) is False and other.read_bytes() == b""
     Store(other).close()  # an empty file is still a new database: the migrations make it
     assert _schema(other) == _schema(_made(tmp_path / "fresh.db"))
+
+
+def test_a_file_system_without_hard_links_gets_its_database_from_the_migrations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some network and FAT file systems refuse hard links (a stand-in os.link here, as no such
+    file system can be mounted on this machine): the script's build is dropped and the migrations
+    make the same database in place, with nothing else left in the folder."""
+    from rebench.store import head_schema
+
+    def refuse(source: object, target: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(head_schema.os, "link", refuse)
+    made = tmp_path / "nolinks.db"
+    assert head_schema.create(made) is False and not made.exists()
+    Store(made).close()
+    monkeypatch.undo()
+    assert _schema(made) == _schema(_made(tmp_path / "fresh.db"))
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
 
 
 def test_a_database_where_no_file_can_be_made_is_one_line_naming_it(fixture_envs: Path) -> None:

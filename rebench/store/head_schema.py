@@ -59,23 +59,27 @@ def render() -> str:
 def create(path: Path) -> bool:
     """Make a new database at `path` from the script, whole or not at all: it is built under another
     name in the same folder and linked into place. False, with nothing changed, when a file is
-    already at `path` (an empty one, or one another process made meanwhile): the caller migrates it."""
+    already at `path` (an empty one, or one another process made meanwhile) or the file system
+    makes no hard links: the caller migrates the file at `path`. A folder that takes no new file,
+    or a script that fails (a full disk), is a RebenchError naming the path."""
     if path.exists():
         return False
     building = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
     try:
         try:  # SQLite makes the file with the umask's mode, as it would at `path`
             connection = sqlite3.connect(building)
-        except sqlite3.OperationalError as exc:  # the folder takes no new file (/proc, read-only)
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")  # kept in the file, as the Store's connections set it
+                connection.executescript(f"BEGIN;\n{SCRIPT.read_text(encoding='utf-8')}COMMIT;\n")
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:  # no new file here (/proc, read-only), or the script failed
             raise RebenchError(f"cannot create the database {str(path)!r}: {exc}") from None
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")  # kept in the file, as the Store's connections set it
-            connection.executescript(f"BEGIN;\n{SCRIPT.read_text(encoding='utf-8')}COMMIT;\n")
-        finally:
-            connection.close()
         try:
             os.link(building, path)
         except FileExistsError:
+            return False
+        except OSError:  # no hard links on this file system: the migrations make it in place
             return False
         return True
     finally:
