@@ -73,21 +73,28 @@ def with_sandbox(image: str, body: Callable[[Any], Awaitable[T]], **spec: Any) -
     return asyncio.run(go())
 
 
-def scored_as_an_attempt(name: str, profile: str, files: dict[str, str]) -> Any:
-    """One score call of environment `name`'s built Docker image as an attempt makes it, with
-    `files` (paths relative to the solution folder) written first with the agent's own rights:
-    the sandbox is set up as an attempt's is (rebench.calibration.scoring_sandbox: start, install,
-    gateway) and scored by an attempt's own call (rebench.scoring.run.run_scoring). No attempt
-    around it: an attempt would first score the starting solution, and after its submission the
-    held-out final, which tell a test of one call nothing. Returns the ScoreResult."""
+@asynccontextmanager
+async def attempt_sandbox(name: str, profile: str) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """(sandbox, gateway, environment) of environment `name`'s built Docker image, set up as an attempt's is
+    (rebench.calibration.scoring_sandbox: start, install, gateway) but with no attempt around it:
+    an attempt would first score the starting solution, and after its submission the held-out
+    final, which tell a test of what the agent sees, or of one score call, nothing."""
     from rebench.calibration import scoring_sandbox
     from rebench.environments.registry import EnvironmentRegistry
-    from rebench.scoring.run import run_scoring
 
     env = EnvironmentRegistry(Path(__file__).resolve().parents[1] / "environments").get(name)
+    async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
+        yield sandbox, gateway, env
+
+
+def scored_as_an_attempt(name: str, profile: str, files: dict[str, str]) -> Any:
+    """One score call as an attempt makes it (rebench.scoring.run.run_scoring) in an
+    `attempt_sandbox`, with `files` (paths relative to the solution folder) written first with the
+    agent's own rights. Returns the ScoreResult."""
+    from rebench.scoring.run import run_scoring
 
     async def go() -> Any:
-        async with scoring_sandbox(env, profile, "docker") as (sandbox, gateway):
+        async with attempt_sandbox(name, profile) as (sandbox, gateway, env):
             for path, content in files.items():
                 await sandbox.agent_write_file(f"{sandbox.paths.solution}/{path}", content.encode())
             return await run_scoring(sandbox, env.profile(profile).score_timeout_s, gateway)

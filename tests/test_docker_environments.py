@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from .conftest import REPO, run_cli
-from .docker_support import base_image, docker_engine, run, scored_as_an_attempt
+from .docker_support import attempt_sandbox, base_image, docker_engine, run, scored_as_an_attempt
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -52,16 +52,9 @@ def test_held_out_files_are_unreadable(name: str) -> None:
 
 
 async def _as_the_agent(name: str, profile: str, command: str) -> str:
-    """What `command` prints (stdout and stderr) run as the agent's bash tool runs it, in a fresh
-    sandbox of the built image where the environment is installed and the gateway started as at the
-    start of an attempt (rebench.calibration.scoring_sandbox: the path every attempt's setup and
-    every calibration take)."""
-    from rebench.calibration import scoring_sandbox
-    from rebench.environments.registry import EnvironmentRegistry
-
-    env = EnvironmentRegistry(REPO / "environments").get(name)
-    async with scoring_sandbox(env, profile, "docker") as (sandbox, _gateway):
-        # as the agent's bash tool runs a command (rebench.context.AttemptContext.bash)
+    """What `command` prints (stdout and stderr) run as the agent's bash tool runs it
+    (rebench.context.AttemptContext.bash) in a fresh `attempt_sandbox`."""
+    async with attempt_sandbox(name, profile) as (sandbox, _gateway, _env):
         done = await sandbox.exec(f"{{ {command}; }} 2>&1", user="agent", timeout=300)
     assert done.exit_code == 0, done.stderr
     return done.stdout

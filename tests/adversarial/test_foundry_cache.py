@@ -5,8 +5,8 @@ only files the scoring user owned), so later calls copied the cache instead of t
 the agent read the hidden rows. Now the run may write only in its scratch folder, removed before
 the agent resumes.
 
-On the `ci` profile's image, in a sandbox set up as an attempt's is (rebench.calibration.
-scoring_sandbox): the agent lays the cache and writes finetune.sh with its own rights, the score
+On the `ci` profile's image, in a sandbox set up as an attempt's is (tests/docker_support.py:
+attempt_sandbox): the agent lays the cache and writes finetune.sh with its own rights, the score
 call is an attempt's (rebench.scoring.run.run_scoring: the scorer's exec with its freeze and its
 sweep), then the agent looks. There is no attempt around it: an attempt would first score the
 starting finetune.sh (33 CPU-s), which tells this test nothing."""
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO, run_cli
-from tests.docker_support import base_image, docker_engine, run
+from tests.conftest import run_cli
+from tests.docker_support import attempt_sandbox, base_image, docker_engine, run
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.docker, pytest.mark.slow]
 
@@ -37,17 +37,14 @@ LOOK = (f"wc -c < {CACHE}/rows.jsonl; wc -c < {CACHE}/model.safetensors; ls {CAC
 
 
 def test_finetune_sh_leaves_no_cache_and_no_hidden_rows() -> None:
-    from rebench.calibration import scoring_sandbox
-    from rebench.environments.registry import EnvironmentRegistry
     from rebench.scoring.run import run_scoring
 
     base_image(docker_engine())
     built = run_cli("envs", "build", "optimize_llm_foundry", "--profile", "ci", "--backend", "docker", timeout=2400)
     assert built.returncode == 0, built.stderr[-3000:]
-    env = EnvironmentRegistry(REPO / "environments").get("optimize_llm_foundry")
 
     async def go() -> tuple[dict[str, object], str]:
-        async with scoring_sandbox(env, "ci", "docker") as (sandbox, gateway):
+        async with attempt_sandbox("optimize_llm_foundry", "ci") as (sandbox, gateway, env):
             laid = await sandbox.exec(LAY, user="agent", timeout=60)  # as the agent's bash tool runs it
             assert laid.exit_code == 0, laid.stderr
             await sandbox.agent_write_file(f"{sandbox.paths.solution}/finetune.sh", HOSTILE.encode())
