@@ -109,6 +109,16 @@ def mapped_shared_memory() -> set[tuple[int, int]]:
     return files
 
 
+def _files_of(names: set[str]) -> set[tuple[int, int]]:
+    """(device, inode) of the /dev/shm entries named, where they still exist."""
+    files: set[tuple[int, int]] = set()
+    for name in names:
+        with contextlib.suppress(OSError):
+            info = os.lstat(os.path.join("/dev/shm", name))
+            files.add((info.st_dev, info.st_ino))
+    return files
+
+
 def remove_new_shared_memory(before: set[str]) -> None:
     """Remove what this process can of the /dev/shm entries made since `before` was taken (a
     confined child may use shared memory; what it leaves must not outlive the call: the Docker
@@ -118,11 +128,14 @@ def remove_new_shared_memory(before: set[str]) -> None:
     before the maps are read: a semaphore is mapped by its maker before its name appears, so a
     listed entry that a live process made is in a map read afterwards. (Matched by name and read
     before the listing, live semaphores were removed: a parallel build's process pool lost its
-    locks and restarted its workers forever.)"""
-    new = shared_memory_entries() - before
+    locks and restarted its workers forever.) A new name for a file that was there before the call
+    goes, mapped or not: the submitted code could otherwise keep what it wrote by linking it to a
+    long-lived process's shared memory (tests/adversarial/test_shared_memory_links.py)."""
+    now = shared_memory_entries()
+    new = now - before
     if not new:
         return
-    in_use = mapped_shared_memory()
+    in_use = mapped_shared_memory() - _files_of(now & before)
     for name in new:
         path = os.path.join("/dev/shm", name)
         with contextlib.suppress(OSError):
