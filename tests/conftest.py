@@ -1,15 +1,18 @@
 """Shared fixtures: a throwaway database, cache and environments folder per test run, and the
 kernel environment's calibration, measured once per run.
 
-The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml): each test is
-handed to whichever worker is free (xdist reads `xdist_group` markers before this file's
-collection hook runs, so groups added here would do nothing; a test file may still mark its own).
+The suite runs in parallel (pytest-xdist, `-n 3 --dist loadgroup` in pyproject.toml: three workers
+on two cores, as a test waiting on a server, a container or a timeout leaves its core idle: with
+two workers the cores were idle 19% of the run's second half, and the suite took 1,150 s; with
+three, 10% of the whole run, and 1,094 s): each test is handed to whichever worker is free (xdist
+reads `xdist_group` markers before this file's collection hook runs, so groups added here would do
+nothing; a test file may still mark its own).
 What is built once per run (environment virtualenvs and assets, the kernel's calibration) lives in
 a folder all workers share, made under a file lock by whichever worker needs it first. A test
 marked `alone` (a timing it compares) waits until no other test runs, and no other test starts until
 it ends; a test marked `one_core` (a single process with a wall-clock limit far above its run time)
-runs beside another `one_core` test only (`parallel_gate`). Both kinds are handed out last, the
-`one_core` ones first, so they run in pairs. A pair is not two free cores: two CPU-bound processes
+runs beside another `one_core` test only, one per core (`parallel_gate`). Both kinds are handed out
+last, the `one_core` ones first, so they run in pairs. A pair is not two free cores: two CPU-bound processes
 here slowed each other up to threefold (a foundry finetune paired went from 33 to 95 CPU-s and ran
 over its limit), so a limit that is not far above the test's run time still needs `alone`."""
 
@@ -24,12 +27,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_ENVS = Path(__file__).parent / "fixtures" / "envs"
@@ -114,6 +119,7 @@ def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     with open(folder / "gate", "a") as gate, open(folder / "shared", "a") as shared, \
             open(folder / "one_core", "a") as one_core:
         own, other = (one_core, shared) if kind == "one_core" else (shared, one_core)
+        slot: IO[str] | None = None
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             if kind == "alone":
@@ -123,16 +129,60 @@ def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
                 fcntl.flock(other, fcntl.LOCK_EX)
                 fcntl.flock(other, fcntl.LOCK_UN)
                 fcntl.flock(own, fcntl.LOCK_SH)
+            # One `one_core` test per core: a worker beyond that waits here, holding the gate, which
+            # keeps out only `shared` and `alone` tests, which could not enter beside it anyway.
+            if kind == "one_core":
+                slot = _take_core_slot(folder)
+                _CORE_SLOT.update(file=slot, folder=folder)
         finally:
             if kind != "alone":
                 fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
+            if slot is not None:
+                held = _CORE_SLOT.pop("file", None)
+                if held is not None:
+                    held.close()
+                _CORE_SLOT.clear()
             fcntl.flock(shared, fcntl.LOCK_UN)
             fcntl.flock(one_core, fcntl.LOCK_UN)
             if kind == "alone":
                 fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+_CORE_SLOT: dict[str, Any] = {}
+"""The core slot this worker's running `one_core` test holds (`file`), and the gate's folder."""
+
+
+@contextlib.contextmanager
+def _core_slot_lent() -> Iterator[None]:
+    """Give the running test's core slot back while it waits for another test's work (a recorded
+    run), so that a `one_core` test that needs none runs meanwhile; take one again after."""
+    if not _CORE_SLOT:
+        yield
+        return
+    _CORE_SLOT.pop("file").close()
+    try:
+        yield
+    finally:
+        _CORE_SLOT["file"] = _take_core_slot(_CORE_SLOT["folder"])
+
+
+def _take_core_slot(folder: Path) -> IO[str]:
+    """An exclusive lock on one of as many slot files as this process may use cores; held until
+    closed. Polled: there is no waiting on the first of several locks."""
+    cores = len(os.sched_getaffinity(0))
+    while True:
+        for index in range(cores):
+            slot = open(folder / f"core-{index}", "a")  # noqa: SIM115 (closed by the caller)
+            try:
+                fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                slot.close()
+                continue
+            return slot
+        time.sleep(0.1)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -269,12 +319,20 @@ def recorded_run(folder: Path, *args: str, timeout: float) -> RecordedRun:
     that asks, under a lock in FOLDER, and recorded there; the others wait, then read the record. A
     failed run fails every test that asks for it, with its stderr."""
     db, record = folder / "run.db", folder / "result.json"
-    with FileLock(str(folder / "lock")):
+    lock = FileLock(str(folder / "lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # another worker is making it
+        with _core_slot_lent():
+            lock.acquire()
+    try:
         if not record.exists():
             done = run_cli("run", *args, "--db", str(db), timeout=timeout,
                            env={"REBENCH_ENVIRONMENTS": str(REPO / "environments")})
             record.write_text(json.dumps({"args": done.args, "returncode": done.returncode,
                                           "stdout": done.stdout, "stderr": done.stderr}))
+    finally:
+        lock.release()
     saved = json.loads(record.read_text())
     result = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
     assert result.returncode == 0, result.stderr[-3000:]
