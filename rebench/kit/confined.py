@@ -74,12 +74,18 @@ def confine_prefix(ctx: dict[str, Any], scratch: str) -> list[str]:
     return prefix
 
 
-def shared_memory_entries() -> set[str]:
-    """The names in /dev/shm now (empty where there is none)."""
+def shared_memory_entries() -> dict[str, tuple[int, int]]:
+    """The names in /dev/shm now, each with its file's (device, inode) (empty where there is none)."""
     try:
-        return set(os.listdir("/dev/shm"))
+        names = os.listdir("/dev/shm")
     except OSError:
-        return set()
+        return {}
+    entries: dict[str, tuple[int, int]] = {}
+    for name in names:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            info = os.lstat(os.path.join("/dev/shm", name))
+            entries[name] = (info.st_dev, info.st_ino)
+    return entries
 
 
 def mapped_shared_memory() -> set[tuple[int, int]]:
@@ -109,17 +115,7 @@ def mapped_shared_memory() -> set[tuple[int, int]]:
     return files
 
 
-def _files_of(names: set[str]) -> set[tuple[int, int]]:
-    """(device, inode) of the /dev/shm entries named, where they still exist."""
-    files: set[tuple[int, int]] = set()
-    for name in names:
-        with contextlib.suppress(OSError):
-            info = os.lstat(os.path.join("/dev/shm", name))
-            files.add((info.st_dev, info.st_ino))
-    return files
-
-
-def remove_new_shared_memory(before: set[str]) -> None:
+def remove_new_shared_memory(before: dict[str, tuple[int, int]]) -> None:
     """Remove what this process can of the /dev/shm entries made since `before` was taken (a
     confined child may use shared memory; what it leaves must not outlive the call: the Docker
     exec server removes the rest, owned by another user, when the call ends). An entry that a live
@@ -129,13 +125,14 @@ def remove_new_shared_memory(before: set[str]) -> None:
     listed entry that a live process made is in a map read afterwards. (Matched by name and read
     before the listing, live semaphores were removed: a parallel build's process pool lost its
     locks and restarted its workers forever.) A new name for a file that was there before the call
-    goes, mapped or not: the submitted code could otherwise keep what it wrote by linking it to a
-    long-lived process's shared memory (tests/adversarial/test_shared_memory_links.py)."""
-    now = shared_memory_entries()
-    new = now - before
+    goes, mapped or not: the submitted code could otherwise keep what it wrote by linking or moving
+    a long-lived process's shared memory to a name of its own (tests/adversarial/
+    test_shared_memory_links.py); the files are known by inode from `before`, as a moved file's old
+    name is gone by now."""
+    new = shared_memory_entries().keys() - before.keys()
     if not new:
         return
-    in_use = mapped_shared_memory() - _files_of(now & before)
+    in_use = mapped_shared_memory() - set(before.values())
     for name in new:
         path = os.path.join("/dev/shm", name)
         with contextlib.suppress(OSError):
