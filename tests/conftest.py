@@ -109,8 +109,10 @@ def parallel_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     """Under xdist, a test holds its class's lock shared while it runs: `shared` (most tests) or
     `one_core`; it enters only after taking the other class's lock exclusively for a moment (no test
     of that class runs), under the gate lock, which makes entering one at a time, so nothing of the
-    other class can enter in between. An `alone` test takes both class locks exclusively and keeps
-    the gate until it ends, so no test starts beside it."""
+    other class can enter in between; a `one_core` test then takes one of a slot per core
+    (`_take_core_slot`), lent while it waits for another test's recorded run (`recorded_run`). An
+    `alone` test takes both class locks exclusively and keeps the gate until it ends, so no test
+    starts beside it."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
