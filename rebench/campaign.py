@@ -319,7 +319,8 @@ class CampaignRunner:
                                network=spec.network, final_rule=spec.final_rule, gateway_credit_usd=credit)
         outcome = await runner.run(attempt_id, agent)
         retries = 0
-        while outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES:
+        while (outcome.error_source == ErrorSource.INFRASTRUCTURE and retries < MAX_INFRA_RETRIES
+               and not outcome.stop_campaign):  # a failure that stops the campaign fails a retry alike
             retries += 1
             attempt_id = self._plan_retry(attempt_id)
             outcome = await runner.run(attempt_id, agent)

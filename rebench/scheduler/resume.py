@@ -115,14 +115,18 @@ def campaign_spec(store: Store, campaign_id: int) -> dict[str, Any]:
 
 def check_resumable(store: Store, campaign_id: int) -> None:
     """RebenchError, before anything is written, when every counted attempt of the campaign ended
-    (done, limit or error): a resume would only rewrite the campaign's status."""
+    (done, limit or error) and none is a first try lost to the infrastructure without its retry (as
+    when the Ray cluster was lost): a resume would only rewrite the campaign's status."""
     campaign_spec(store, campaign_id)
     with store.session() as session:
-        statuses = list(session.scalars(select(Attempt.status).where(
-            Attempt.campaign_id == campaign_id, Attempt.counted.is_(True), Attempt.agent != HUMAN_AGENT)))
-    open_ = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED)
-    if not any(status in open_ for status in statuses):
-        raise RebenchError(f"campaign {campaign_id} has nothing to resume: its {len(statuses)} attempt(s) all "
+        attempts = list(session.scalars(select(Attempt).where(
+            Attempt.campaign_id == campaign_id, Attempt.agent != HUMAN_AGENT)))
+        retried = {a.retry_of for a in attempts if a.retry_of is not None}
+        counted = [a for a in attempts if a.counted]
+        open_ = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.INTERRUPTED)
+        resumable = any(a.status in open_ or _retry_lost(a, retried) for a in counted)
+    if not resumable:
+        raise RebenchError(f"campaign {campaign_id} has nothing to resume: its {len(counted)} attempt(s) all "
                            f"ended (`rebench campaigns show {campaign_id}`)")
 
 
