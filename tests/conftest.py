@@ -87,6 +87,7 @@ SLOW_FIRST = (
     "tests/test_chat_heldout.py",
     "tests/test_gpu_validation.py",
     "tests/adversarial/test_mlm_rules.py",
+    "tests/test_ray_user_paths.py",
 )
 
 

@@ -148,3 +148,36 @@ def test_the_head_killed_mid_campaign_stops_it_in_one_line_and_resume_counts_eac
                                   (3, "limit", None, 1, 1), (4, "limit", None, 1, 2)]
     assert rows(db, "select seed, count(*) from attempts where counted group by seed") == [(0, 1), (1, 1)]
     assert _containers(name) == []
+
+
+def test_sigterm_mid_campaign_interrupts_the_attempts_on_ray_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """SIGTERM (as Ctrl-C) while both attempts run on a Ray instance the harness started: each is
+    `interrupted` by the user, its task and container stopped, and the driver (with its Ray) gone."""
+    name = "ray_counter_term"
+    envs, db = _environment(tmp_path, name), tmp_path / "term.db"
+    script = replay_script(tmp_path / "s.yaml", 7, 600)
+    args = [sys.executable, "-m", "rebench.cli.app", "run", "--env", name, "--agent", "replay", "--agent-arg",
+            f"script={script}", "--budget", "10m", "-k", "2", "--parallel", "2", "--backend", "docker",
+            "--db", str(db), "--executor", "ray"]
+    proc = subprocess.Popen(args, env=_env(envs, tmp_path / "home", COLUMNS="200"), cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not db.exists() or rows(db, "select count(*) from score_events where kind = 'intermediate'") != [(2,)]:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr and proc.stderr.read()[-3000:]
+            time.sleep(0.2)
+        driver = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(driver) == 1, driver
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and err.strip().splitlines()[-1] == "error: interrupted", err[-2000:]
+    assert rows(db, "select status, error_source, error_message from attempts order by id") == [
+        ("interrupted", "user", "interrupted by the user")] * 2
+    assert _containers(name) == []
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{driver[0]}").exists():  # the driver ends after its Ray
+        assert time.monotonic() < deadline, "the Ray driver outlived the harness"
+        time.sleep(0.2)

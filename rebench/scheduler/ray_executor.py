@@ -183,6 +183,8 @@ class RayAttemptRunner(AttemptRunner):
                     return self._lost(attempt_id, "the Ray task ended without an outcome")
         except asyncio.CancelledError:
             driver.cancel(attempt_id)  # the worker's sandbox stops with its process
+            self._update(attempt_id, status=AttemptStatus.INTERRUPTED, error_source=ErrorSource.USER,
+                         error_message="interrupted by the user", ended_at=datetime.now(UTC))
             raise
         finally:
             driver.forget(attempt_id)
