@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from rebench.literal import LiteralConsole, literal_text
+
 # rich's default box: one border left of each column and one at the end, one space of padding each side
 _PER_COLUMN = 3
 _EDGE = 1
@@ -71,24 +73,24 @@ def print_table(console: Console, title: str | None, columns: Sequence[Col], row
     """
     width = console.width
     keep = fit_columns(columns, rows, width, drop_first)
-    table = Table(title=title, title_justify=title_justify)  # type: ignore[arg-type]
+    table = Table(title=literal_text(title) if title is not None else None, title_justify=title_justify)  # type: ignore[arg-type]
     needs = {i: _needed(columns[i], [row[i] for row in rows]) for i in keep}
     for i in keep:
         col = columns[i]
         if col.key:
-            table.add_column(col.header, no_wrap=True, justify=col.justify)  # type: ignore[arg-type]
+            table.add_column(literal_text(col.header), no_wrap=True, justify=col.justify)  # type: ignore[arg-type]
         else:
-            table.add_column(col.header, overflow="fold", justify=col.justify)  # type: ignore[arg-type]
+            table.add_column(literal_text(col.header), overflow="fold", justify=col.justify)  # type: ignore[arg-type]
     for row in rows:
-        table.add_row(*[row[i] for i in keep])
+        table.add_row(*[literal_text(row[i]) for i in keep])
     keys_width = sum(needs.values()) + _PER_COLUMN * len(keep) + _EDGE
     if keys_width > width:  # rich never renders wider than its console: print through a wider one
-        wide = Console(file=console.file, width=keys_width, force_terminal=console.is_terminal,
-                       color_system=console.color_system, soft_wrap=True)  # type: ignore[arg-type]
+        wide = LiteralConsole(file=console.file, width=keys_width, force_terminal=console.is_terminal,
+                              color_system=console.color_system, soft_wrap=True)
         wide.print(table, crop=False)
     else:
         console.print(table)
     dropped = [columns[i].header for i in range(len(columns)) if i not in keep]
     if dropped:
         where = f"; {more} shows them" if more else ""
-        console.print(f"(left out to fit {width} columns: {', '.join(dropped)}{where})", highlight=False)
+        console.print(literal_text(f"(left out to fit {width} columns: {', '.join(dropped)}{where})"))

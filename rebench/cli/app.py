@@ -120,9 +120,9 @@ def _root(
 
 
 def _error(message: str) -> None:
-    from rich.console import Console
+    from rebench.cli.common import err_console, labelled
 
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    err_console.print(labelled("error", message, "bold red"), soft_wrap=True)
 
 
 def _usage_message(exc: typer.TyperException) -> str:
@@ -143,9 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 _error("interrupted")
             sys.exit(code)
     except RebenchError as exc:
-        from rich.markup import escape
-
-        _error(escape(str(exc)))
+        _error(str(exc))
         sys.exit(USAGE_EXIT)
     except (typer.Abort, KeyboardInterrupt):
         _error("interrupted")
@@ -153,15 +151,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:
-        from rich.markup import escape
-
         exit_code = getattr(exc, "exit_code", 1)
         if type(exc).__name__ == "NoArgsIsHelpError":  # the help is the message (rich has printed it already)
             if exc.format_message().strip():
                 sys.stderr.write(exc.format_message() + "\n")
             sys.exit(exit_code)
         message = _usage_message(exc) if exit_code == USAGE_EXIT else " ".join(exc.format_message().split())
-        _error(escape(message))
+        _error(message)
         sys.exit(exit_code)
 
 

@@ -15,6 +15,7 @@ from rebench.budget import format_duration
 from rebench.cli.common import DbOption, JsonOption, console, fmt, open_store, print_json
 from rebench.errors import RebenchError
 from rebench.gateway.usage import MeterUsage, gateway_usage
+from rebench.literal import literal, literal_text
 from rebench.report.known_environments import default_info
 from rebench.report.tree import tree_from_events, tree_lines
 from rebench.scoring.rescore import WindowAnchors
@@ -235,8 +236,9 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
     if json_output:
         print_json(detail)
         return
-    console.print(
-        f"[bold]attempt {attempt_id}[/]: {detail['environment']} ({detail['profile']}) by {detail['agent']}"
+    console.print(Text.assemble(
+        (f"attempt {attempt_id}", "bold"),
+        literal(f": {detail['environment']} ({detail['profile']}) by {detail['agent']}"
         f"{' / ' + detail['model'] if detail['model'] else ''}, budget {detail['budget']}\n"
         f"status {detail['status']}"
         f"{' (' + detail['error_source'] + ')' if detail['error_source'] else ''}"
@@ -244,30 +246,29 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
         f"{' - ' + detail['error_message'] if detail['error_message'] else ''}\n"
         f"final raw {fmt(detail['final_raw'], 4)}, normalized {fmt(detail['normalized'])} "
         f"({detail['anchors_kind']} anchors){_rule_note(detail)}; "
-        f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s",
-        highlight=False,
-    )
-    console.print(Text(network_line(detail["network"], detail["backend"], detail["source"])))
-    console.print(Text(provenance_line(detail)))
+        f"working {detail['working_s']:.1f} s of wall {detail['wall_s']:.1f} s"),
+    ))
+    console.print(literal_text(network_line(detail["network"], detail["backend"], detail["source"])))
+    console.print(literal_text(provenance_line(detail)))
     if detail["window_anchors"] is not None:
-        console.print(Text(_window_line(detail["window_anchors"])))
+        console.print(literal_text(_window_line(detail["window_anchors"])))
     from rebench.report.rescored import rescore_lines
 
     for line in rescore_lines(detail["rescores"], detail["final_raw"], detail["normalized"]):
-        console.print(Text(line))
+        console.print(literal_text(line))
     from rebench.report.heldout import attempt_line
 
     probing = attempt_line(detail["probing"])
     if probing:
-        console.print(Text(probing))
+        console.print(literal_text(probing))
     for meter, usage in detail["gateway"].items():
-        console.print(Text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
+        console.print(literal_text(f"gateway ({meter}): {MeterUsage(**usage).line()}"))
     if "expert" in detail:
         _print_human(detail)
     if detail["snapshot_path"] or detail["snapshot_note"]:
-        console.print(Text(f"snapshot {detail['snapshot_path'] or '(none)'}"))
+        console.print(literal_text(f"snapshot {detail['snapshot_path'] or '(none)'}"))
     if detail["snapshot_note"]:
-        console.print(Text(detail["snapshot_note"], style="yellow"))
+        console.print(literal_text(detail["snapshot_note"], "yellow"))
     scores = Table(title="Score log")
     for column in ("kind", "working s", "raw", "valid", "message"):
         scores.add_column(column)
@@ -284,10 +285,10 @@ def show_command(attempt_id: int, db: DbOption = None, json_output: JsonOption =
                            "-" if end is None else f"{end - pause['start_s']:.1f}")
         console.print(pauses)
     if tree.nodes:
-        console.print(Text(f"Solution tree ({len(tree.nodes)} nodes; best node restored: "
+        console.print(literal_text(f"Solution tree ({len(tree.nodes)} nodes; best node restored: "
                            f"{tree.best if tree.best is not None else 'none'})"))
         for line in tree_lines(tree):
-            console.print(Text(line), soft_wrap=True)
+            console.print(literal_text(line), soft_wrap=True)
     events = Table(title="Events")
     for column in ("#", "working s", "kind", "data"):
         events.add_column(column)
@@ -329,8 +330,8 @@ def _human_detail(session: Session, attempt: Attempt, human: HumanSession) -> di
 
 def _print_human(detail: dict[str, Any]) -> None:
     human = detail["human"]
-    console.print(Text(f"expert {detail['expert']} (key {human['key_fingerprint'] or '-'}, state {human['state']})"))
-    console.print(Text(f"working {detail['working_s']:.1f} s as recorded, {detail['corrected_working_s']:.1f} s "
+    console.print(literal_text(f"expert {detail['expert']} (key {human['key_fingerprint'] or '-'}, state {human['state']})"))
+    console.print(literal_text(f"working {detail['working_s']:.1f} s as recorded, {detail['corrected_working_s']:.1f} s "
                        f"corrected ({detail['corrections']} pause correction(s))"))
     if detail["pause_corrections"]:
         corrections = Table(title="Pause corrections (rebench human adjust)")
@@ -338,7 +339,7 @@ def _print_human(detail: dict[str, Any]) -> None:
             corrections.add_column(column)
         for c in detail["pause_corrections"]:
             corrections.add_row(str(c["id"]), format_duration(c["start_s"]), format_duration(c["end_s"]),
-                                format_duration(c["end_s"] - c["start_s"]), Text(c["author"]), Text(c["reason"]),
+                                format_duration(c["end_s"] - c["start_s"]), literal_text(c["author"]), literal_text(c["reason"]),
                                 f"{c['created_at']:%Y-%m-%d %H:%M}")
         console.print(corrections)
     from rebench.human.audit import session_lines
@@ -346,4 +347,4 @@ def _print_human(detail: dict[str, Any]) -> None:
     console.print("SSH sessions and their recordings (play one: rebench human replay ID --session N):"
                   if detail["recordings"] else "no SSH sessions", highlight=False)
     for line in session_lines(detail["recordings"]):
-        console.print(Text("  " + line), soft_wrap=True)
+        console.print(literal_text("  " + line), soft_wrap=True)

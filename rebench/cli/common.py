@@ -8,14 +8,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.text import Text
+
+from rebench.literal import LiteralConsole
 
 if TYPE_CHECKING:
     from rebench.api import Observer
     from rebench.store.db import Store
 
-console = Console()
-err_console = Console(stderr=True)
+console = LiteralConsole()
+err_console = LiteralConsole(stderr=True)
+"""Every command prints through these: no markup is read in what they print, and control characters
+come out escaped (rebench.literal), since much of it came from an attempt."""
+
+
+def labelled(label: str, message: object, style: str = "yellow") -> Text:
+    """`label:` in `style`, then `message` as literal text: a warning or a note to print."""
+    return Text.assemble((f"{label}:", style), " ", str(message))
 
 DbOption = Annotated[
     Path | None,
@@ -38,8 +47,8 @@ def observer(**callbacks: Any) -> Observer:
     from rebench.api import Observer  # the API loads only when a command runs, not for --help
 
     printers: dict[str, Any] = {
-        "warning": lambda m: err_console.print(f"[yellow]warning:[/] {m}"),
-        "note": lambda m: err_console.print(f"[yellow]note:[/] {m}"),
+        "warning": lambda m: err_console.print(labelled("warning", m)),
+        "note": lambda m: err_console.print(labelled("note", m)),
         "log": lambda m: err_console.print(m, highlight=False),
         "calibrated": lambda result: console.print(result.summary()),
     }

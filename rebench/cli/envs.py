@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.text import Text
 
 from rebench.cli.common import DbOption, JsonOption, console, fmt, observer, print_json
 from rebench.environments.registry import Environment, EnvironmentRegistry
@@ -68,11 +69,11 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
                     "content_hashes": {p: env.content_hash(p) for p in env.metadata.profiles}})
         return
     meta = env.metadata
-    console.print(f"[bold]{meta.title}[/] ({meta.name} {meta.version})\n{meta.summary}\nfolder: {env.root}")
+    console.print(Text.assemble((meta.title, "bold"), f" ({meta.name} {meta.version})\n{meta.summary}\nfolder: {env.root}"))
     for profile_name, profile in meta.profiles.items():
         anchors = resolved[profile_name]
-        console.print(
-            f"\n[bold]{profile_name}[/]: {profile.description}\n"
+        console.print(Text.assemble(
+            "\n", (profile_name, "bold"), f": {profile.description}\n"
             f"  hardware: {profile.hardware}\n"
             f"  content hash: {env.content_hash(profile_name)} (the key of its images and built assets)\n"
             f"  resources: {profile.resources.gpus} GPU, {profile.resources.cpus:g} CPU, "
@@ -85,7 +86,7 @@ def show_command(name: str, db: DbOption = None, json_output: JsonOption = False
             + _heldout_lines(profile, anchors.get("heldout")) +
             f"  {_noise_line(env, profile_name, noise[profile_name])}"
             + "".join(f"\n  operator asset {a.name} ({a.file}): {a.source}" for a in profile.assets)
-        )
+        ))
 
 
 def _heldout_lines(profile: Profile, in_use: dict[str, Any] | None) -> str:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rebench.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
+from rebench.cli.common import DbOption, JsonOption, console, err_console, labelled, open_store, print_json
 from rebench.errors import RebenchError
 
 
@@ -32,7 +32,7 @@ def rescore_command(
         raise RebenchError(f"invalid --parallel {parallel}: must be 1 or more")
     chosen, warning = resolve_backend(backend)
     if warning:
-        err_console.print(f"[yellow]warning:[/] {warning}")
+        err_console.print(labelled("warning", warning))
     from rebench.store.db import default_db_path
 
     if not (db or default_db_path()).exists():

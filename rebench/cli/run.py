@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.text import Text
 
 from rebench.agents.base import AgentConfig
 from rebench.budget import format_duration
@@ -124,12 +125,13 @@ def _stopping(live: CampaignLive) -> Iterator[None]:
 
 def _planned(campaign: PlannedCampaign) -> None:
     spec = campaign.spec
-    console.print(
-        f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of [bold]{', '.join(a.name for a in spec.agents)}[/] "
-        f"on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
+    console.print(Text.assemble(
+        f"campaign {campaign.campaign_id}: {len(campaign.attempt_ids)} attempt(s) of ",
+        (", ".join(a.name for a in spec.agents), "bold"),
+        f" on {', '.join(spec.environments)} ({spec.profile}, {format_duration(spec.budget_s)} each, "
         f"backend {spec.backend}{f', network {spec.network}' if spec.network else ''})"
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
-    )
+    ))
 
 
 def _progress(attempt_id: int, message: str) -> None:
@@ -140,8 +142,8 @@ def _finished(outcome: AttemptOutcome) -> None:
     detail = f" ({outcome.limit_reason})" if outcome.limit_reason else ""
     if outcome.error_message:
         detail += f": {outcome.error_message}"
-    console.print(f"  attempt {outcome.attempt_id}: [bold]{outcome.status}[/]{detail}, "
-                  f"normalized {fmt(outcome.final_normalized)}", highlight=False)
+    console.print(Text.assemble(f"  attempt {outcome.attempt_id}: ", (str(outcome.status), "bold"),
+                                f"{detail}, normalized {fmt(outcome.final_normalized)}"))
 
 
 def _summary(outcomes: list[AttemptOutcome]) -> None:

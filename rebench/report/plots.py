@@ -21,10 +21,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rebench.budget import format_duration
+from rebench.literal import literal
 from rebench.report.data import HUMAN_AGENT
+from rebench.report.figure_text import literal_figure
 from rebench.report.headline import beyond_data
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.rows import ALL, PLAUSIBLE_MAX, Report, ScoreRow
+
+matplotlib.rcParams["text.parse_math"] = False  # names from the store are text, never mathtext (figure_text)
 
 HUMAN_COLOR = "black"
 Color = tuple[float, ...] | str
@@ -85,6 +89,7 @@ def _mark_beyond(axes: Axes, xs: Sequence[float], ys: Sequence[float], rows: Seq
 
 def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
+    literal_figure(figure)
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(figure)
     return buffer.getvalue()
@@ -280,7 +285,7 @@ def per_environment_figure(report: Report, total_s: float, info: EnvironmentInfo
                           textcoords="offset points", fontsize=6, ha="center", rotation=90, va="bottom")
         _mark_off_scale(axes, xs, points, top, color)
     axes.set_ylim(0, top)
-    axes.set_xticks(range(len(envs)), [info.title(env) for env in envs], rotation=20, ha="right", fontsize=8)
+    axes.set_xticks(range(len(envs)), [literal(info.title(env)) for env in envs], rotation=20, ha="right", fontsize=8)
     axes.set_ylabel("normalized score")
     title = f"Per environment at {format_duration(total_s)} total budget (each agent's best allocation)"
     if not any(agent == HUMAN_AGENT for agent, _ in groups):
@@ -321,5 +326,5 @@ def score_over_time(report: Report, info: EnvironmentInfo | None = None) -> byte
         axes.set_ylabel("normalized score")
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=7)
-    figure.tight_layout()
+    literal_figure(figure).tight_layout()
     return _png(figure)

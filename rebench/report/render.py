@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import html
 import io
 import json
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from typing import Any
 
 from rebench.budget import format_duration
 from rebench.errors import RebenchError
+from rebench.literal import html_literal, markdown_literal
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.money import spend, unique_runs
 from rebench.report.report_tables import ROW_FIELDS, all_tables, settings_line
@@ -56,22 +56,24 @@ def notes(report: Report) -> list[str]:
 
 
 def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    lines = [f"## {markdown_literal(title)}", "", "| " + " | ".join(map(markdown_literal, header)) + " |",
+             "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(markdown_literal, row)) + " |" for row in rows]
     return [*lines, ""]
 
 
 def _markdown(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, bytes | None]],
               stories: Sequence[AttemptStory] = ()) -> str:
-    lines = ["# rebench report", "", settings_line(report), ""]
+    lines = ["# rebench report", "", markdown_literal(settings_line(report)), ""]
     tables = all_tables(report, True, info)
     lines += _markdown_table(*tables[0])
     for title, name, png in figures:
-        lines += [f"## {title}", "", f"![{title}]({name})" if png is not None else "No data for this plot.", ""]
+        heading = markdown_literal(title)
+        lines += [f"## {heading}", "", f"![{heading}]({name})" if png is not None else "No data for this plot.", ""]
     for table in tables[1:]:
         lines += _markdown_table(*table)
     lines += stories_markdown(stories)
-    lines += [f"- note: {note}" for note in notes(report)]
+    lines += [f"- note: {markdown_literal(note)}" for note in notes(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -100,11 +102,11 @@ img { max-width: 100%; }
 
 
 def _html_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    parts = [f"<h2>{html.escape(title)}</h2><table><tr>"]
-    parts += [f"<th>{html.escape(h)}</th>" for h in header]
+    parts = [f"<h2>{html_literal(title)}</h2><table><tr>"]
+    parts += [f"<th>{html_literal(h)}</th>" for h in header]
     parts.append("</tr>")
     for row in rows:
-        parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>")
+        parts.append("<tr>" + "".join(f"<td>{html_literal(cell)}</td>" for cell in row) + "</tr>")
     parts.append("</table>")
     return parts
 
@@ -119,22 +121,22 @@ def _html(report: Report, info: EnvironmentInfo, figures: list[tuple[str, str, b
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebench report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>rebench report</h1>",
-        f"<p>{html.escape(settings_line(report))}</p>",
+        f"<p>{html_literal(settings_line(report))}</p>",
     ]
     tables = all_tables(report, True, info)
     parts += _html_table(*tables[0])  # the headline comes first
     for title, _, png in figures:
-        parts.append(f"<h2>{html.escape(title)}</h2>")
+        parts.append(f"<h2>{html_literal(title)}</h2>")
         if png is None:
             parts.append("<p class='note'>No data for this plot.</p>")
         else:
-            parts.append(f"<img alt='{html.escape(title)}' src='{_data_url(png)}'>")
+            parts.append(f"<img alt='{html_literal(title)}' src='{_data_url(png)}'>")
     for table in tables[1:]:
         parts += _html_table(*table)
     parts += [tree_html(tree) for tree in trees]
     if stories:
         parts.append(stories_html([s for s, _ in stories], {s.run.attempt_id: _data_url(png) for s, png in stories}))
-    parts += [f"<p class='note'>Note: {html.escape(note)}</p>" for note in notes(report)]
+    parts += [f"<p class='note'>Note: {html_literal(note)}</p>" for note in notes(report)]
     parts.append("</body></html>")
     return "\n".join(parts)
 

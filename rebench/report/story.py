@@ -11,7 +11,6 @@ Inspect's viewer as `rebench view` serves it (rebench.report.log_names names the
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +19,7 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rebench.literal import html_literal, markdown_literal
 from rebench.report.data import HUMAN_AGENT, Normalizer, RunRecord, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.log_names import log_name
@@ -120,6 +120,8 @@ def story_png(story: AttemptStory) -> bytes:
 
     import matplotlib.pyplot as plt
 
+    from rebench.report.figure_text import literal_figure
+
     run = story.run
     end_wall = story.wall(story.end_working_s)
     scale, unit = (3600.0, "h") if max(end_wall, run.budget_s) >= 7200 else (60.0, "min")
@@ -154,7 +156,7 @@ def story_png(story: AttemptStory) -> bytes:
     axes.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.subplots_adjust(left=0.08, right=0.78, bottom=0.2, top=0.88)  # fixed margins: no tight-bbox pass
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)  # small, and cheap: a campaign may have hundreds
+    literal_figure(figure).savefig(buffer, format="png", dpi=90)  # small, and cheap: a campaign may have hundreds
     plt.close(figure)
     return buffer.getvalue()
 
@@ -168,9 +170,9 @@ def _row(story: AttemptStory) -> str:
     pauses = sum(p.end_s - p.start_s for p in story.pauses)
     cells = [str(run.attempt_id), run.environment, run.agent, f"{run.score:.3f}", str(len(story.scores)),
              f"{len(story.pauses)} ({pauses / 60:.0f} min)" if story.pauses else "-"]
-    link = (f"<a href='{html.escape(story.viewer_url())}'>{html.escape(story.log_file)}</a> "
-            f"(<code>{html.escape(story.view_command())}</code>)")
-    return "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + f"<td>{link}</td></tr>"
+    link = (f"<a href='{html_literal(story.viewer_url())}'>{html_literal(story.log_file)}</a> "
+            f"(<code>{html_literal(story.view_command())}</code>)")
+    return "<tr>" + "".join(f"<td>{html_literal(c)}</td>" for c in cells) + f"<td>{link}</td></tr>"
 
 
 def stories_html(stories: Sequence[AttemptStory], images: dict[int, str]) -> str:
@@ -188,8 +190,8 @@ def stories_html(stories: Sequence[AttemptStory], images: dict[int, str]) -> str
     for story in stories:
         run = story.run
         who = "expert" if run.agent == HUMAN_AGENT else "agent"
-        parts.append(f"<details><summary>attempt {run.attempt_id}: {html.escape(run.agent)} ({who}) on "
-                     f"{html.escape(run.environment)}, score {run.score:.3f}</summary>")
+        parts.append(f"<details><summary>attempt {run.attempt_id}: {html_literal(run.agent)} ({who}) on "
+                     f"{html_literal(run.environment)}, score {run.score:.3f}</summary>")
         parts.append(f"<img alt='attempt {run.attempt_id} score over time' src='{images[run.attempt_id]}'>")
         if story.tree is not None:
             parts.append(tree_html(story.tree))
@@ -203,7 +205,8 @@ def stories_markdown(stories: Sequence[AttemptStory]) -> list[str]:
     lines = ["## Attempts", "", "| attempt | environment | agent | score | plot | transcript |",
              "|---|---|---|---|---|---|"]
     for s in stories:
-        lines.append(f"| {s.run.attempt_id} | {s.run.environment} | {s.run.agent.replace('|', '/')} | "
+        lines.append(f"| {s.run.attempt_id} | {markdown_literal(s.run.environment)} | "
+                     f"{markdown_literal(s.run.agent)} | "
                      f"{s.run.score:.3f} | [plot]({story_file(s)}) | [{s.log_file}]({s.viewer_url()}) "
                      f"(`{s.view_command()}`) |")
     return [*lines, ""]

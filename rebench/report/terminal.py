@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from rebench.literal import LiteralConsole, literal_text
 from rebench.report.known_environments import EnvironmentInfo, default_info
 from rebench.report.report_tables import NUMERIC_COLUMNS, all_tables, settings_line
 from rebench.report.rows import Report
@@ -41,14 +42,14 @@ def _columns(header: list[str]) -> list[Col]:
 def print_terminal(report: Report, console: Console, by_env: bool = False, info: EnvironmentInfo | None = None) -> None:
     info = info or default_info()
     if not console.is_terminal and console.width < PIPED_WIDTH:
-        console = Console(width=PIPED_WIDTH, file=console.file, highlight=False)
-    console.print(settings_line(report))
+        console = LiteralConsole(width=PIPED_WIDTH, file=console.file)
+    console.print(literal_text(settings_line(report)))
     sources = sorted({r.source for r in report.rows})
     if len(sources) == 1:
-        console.print(f"all attempts below are {sources[0]}")
+        console.print(literal_text(f"all attempts below are {sources[0]}"))
     for title, full_header, full_rows in all_tables(report, by_env, info):
         header, rows = _drop_constant_source(full_header, full_rows) if len(sources) == 1 else (full_header, full_rows)
         print_table(console, title, _columns(header), rows, more="--json or --out", drop_first=DROPPABLE,
                     title_justify="left")
     for note in report.notes:
-        console.print(f"note: {note}")
+        console.print(literal_text(f"note: {note}"))

@@ -4,7 +4,6 @@ naming the node put back at the end. `rebench attempts show` prints it, `rebench
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from rebench.agents.aide import BEST_NOTE
 from rebench.errors import RebenchError
+from rebench.literal import html_literal
 from rebench.store.models import Attempt, Event
 
 
@@ -131,13 +131,13 @@ def tree_html(tree: SolutionTree) -> str:
         for node in kids:
             css = "buggy" if node.buggy else ("best" if node.node == tree.best else "good")
             folded = "".join(
-                f"<details><summary>{title}</summary><pre>{html.escape(text)}</pre></details>"
+                f"<details><summary>{title}</summary><pre>{html_literal(text)}</pre></details>"
                 for title, text in (("plan", node.plan), ("diff", node.diff),
-                                    ("run: " + html.escape(node.run_command or ""), node.output_tail))
+                                    ("run: " + html_literal(node.run_command or ""), node.output_tail))
                 if text)
-            items.append(f"<li class='{css}'><span>{html.escape(node_label(node, tree.best))}</span>"
+            items.append(f"<li class='{css}'><span>{html_literal(node_label(node, tree.best))}</span>"
                          f"{folded}{walk(node.node)}</li>")
         return "<ul>" + "".join(items) + "</ul>"
 
     title = f"Solution tree of attempt {tree.attempt_id} ({tree.agent} on {tree.environment})"
-    return f"<h2>{html.escape(title)}</h2><div class='tree'>{walk(None)}</div>"
+    return f"<h2>{html_literal(title)}</h2><div class='tree'>{walk(None)}</div>"

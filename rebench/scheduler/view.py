@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console, Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
-from rich.text import Text
 
 from rebench.budget import format_duration
+from rebench.literal import literal_text
 from rebench.scheduler.attempt_progress import AttemptProgress, budget_eta_s, queued_budget, running_attempts
 from rebench.scheduler.progress import CampaignProgress, campaign_progress
 from rebench.scheduler.progress_lines import ProgressLines
@@ -26,13 +26,14 @@ def render(p: CampaignProgress, attempts: list[AttemptProgress] | None = None,
     """Per (environment, agent) a bar of the attempts done, with running/queued and an ETA; with
     `attempts`, a row per running attempt (working time used and left, latest score, tokens, cost)
     and the most the campaign can still take by its budgets."""
-    table = Table(title=f"campaign {p.campaign_id}: {p.state_text}", title_justify="left")
+    table = Table(title=literal_text(f"campaign {p.campaign_id}: {p.state_text}"), title_justify="left")
     for header in ("environment", "agent", "progress", "done", "error", "interrupted", "running", "queued",
                    "retried", "mean wall"):
         table.add_column(header, no_wrap=header in ("environment", "agent"),
                          justify="right" if header not in ("environment", "agent", "progress") else "left")
     for g in p.groups:
-        table.add_row(g.environment, g.agent, ProgressBar(total=max(g.planned, 1), completed=g.done, width=24),
+        table.add_row(literal_text(g.environment), literal_text(g.agent),
+                      ProgressBar(total=max(g.planned, 1), completed=g.done, width=24),
                       f"{g.done}/{g.planned}", str(g.error), str(g.interrupted), str(g.running), str(g.queued),
                       str(g.retried),
                       format_duration(g.mean_wall_s) if g.mean_wall_s is not None else "-")
@@ -44,7 +45,7 @@ def render(p: CampaignProgress, attempts: list[AttemptProgress] | None = None,
     parts: list[RenderableType] = [table]
     if attempts:
         parts.append(_attempt_rows(attempts))
-    return Group(*parts, Text(footer + (f"; {note}" if note else "")))
+    return Group(*parts, literal_text(footer + (f"; {note}" if note else "")))
 
 
 def _attempt_rows(attempts: list[AttemptProgress]) -> Table:
@@ -52,8 +53,9 @@ def _attempt_rows(attempts: list[AttemptProgress]) -> Table:
     for header in ("attempt", "environment", "agent", "used", "left", "latest score", "tokens", "cost"):
         table.add_column(header, justify="left" if header in ("environment", "agent") else "right")
     for a in attempts:
-        table.add_row(str(a.attempt_id), a.environment, a.agent, format_duration(a.working_s),
-                      format_duration(a.left_s), a.score_text(), str(a.tokens), f"${a.cost_usd:.4f}")
+        table.add_row(str(a.attempt_id), literal_text(a.environment), literal_text(a.agent),
+                      format_duration(a.working_s), format_duration(a.left_s), a.score_text(), str(a.tokens),
+                      f"${a.cost_usd:.4f}")
     return table
 
 
@@ -76,7 +78,7 @@ class CampaignLive:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lines = (ProgressLines(db, every_s, lambda line: out.print(f"  {line}", highlight=False,
+        self._lines = (ProgressLines(db, every_s, lambda line: out.print(literal_text(f"  {line}"),
                                                                          soft_wrap=True))
                        if every_s is not None else None)
 
