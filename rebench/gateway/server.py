@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from rebench.environments.metadata import Gateway
+from rebench.gateway.content import check_content
 from rebench.gateway.formats import ENDPOINTS, HttpError, error_body
 from rebench.gateway.meters import Credit, Meter, new_token
 from rebench.gateway.policy import PolicyError, allowed_betas, parse_body, plan_request
@@ -257,6 +258,7 @@ class GatewayServer:
                             f"the only model allowed is {allowed!r}", "invalid_request_error", "model_not_found")
         try:
             plan = plan_request(fmt, request, self.gateway)
+            check_content(fmt, plan.body)  # nothing the provider would fetch or read from storage
             if fmt == "count_tokens":
                 return await self._count_tokens(meter, plan.body, endpoint, model, started)
             route = make_route(fmt, plan.body, self.upstream)
