@@ -162,7 +162,9 @@ def test_caller_retries_inside_paused_intervals_and_records_usage(
     assert result.text == "hello"
     pauses = ctx.clock.pauses
     assert [p.reason for p in pauses] == ["provider-retry", "provider-retry"]
-    assert pauses[0].length(0) == pytest.approx(0.4, abs=0.15)
+    # the provider's retry_after (0.4 s), not the policy's 0.3 s base; a loaded machine only lengthens it
+    # (0.63 s in a CI run beside two busy workers)
+    assert 0.35 <= pauses[0].length(0) <= 1.5
     assert pauses[1].length(0) >= 0.3
     assert ctx.clock.working_seconds() <= ctx.clock.wall_seconds() - 0.7
     assert ctx.kinds().count("provider-retry") == 2
