@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from rebench.agents.base import AgentConfig
 from rebench.gateway.agent_meter import AgentGateway, agent_gateway_config
-from rebench.gateway.policy import allowed_betas
+from rebench.gateway.policy import PolicyError, allowed_betas
 from rebench.gateway.transcript import said
 from rebench.store.models import GatewayRequest
 from tests.fake_model_server import FakeModelServer
@@ -36,7 +36,7 @@ async def _ask(client: anthropic.AsyncAnthropic, text: str) -> Any:
     async with client.messages.stream(model="claude-test", max_tokens=64, tools=[TOOL],  # type: ignore[list-item]
                                       messages=[{"role": "user", "content": text}],
                                       extra_headers={"anthropic-beta": "context-management-2025-06-27,"
-                                                                       "files-api-2025-04-14"}) as stream:
+                                                                       "effort-2025-11-24"}) as stream:
         return await stream.get_final_message()
 
 
@@ -71,7 +71,7 @@ def test_every_call_is_a_model_call_event_with_its_tool_calls_and_bodies(tmp_pat
     assert call["wait_s"] > 0 and ctx.clock.model_wait_s > 0
     assert Path(call["extra"]["body_file"]).is_file() and call["extra"]["stream"] is True
     sent = server.requests[0].headers
-    assert sent.get("anthropic-beta") == "context-management-2025-06-27"  # the files beta is dropped
+    assert sent.get("anthropic-beta") == "context-management-2025-06-27,effort-2025-11-24"
     # its row is the agent's own model call, not an environment gateway's "agent" row that reports count
     with ctx.store.session() as session:
         assert [row.meter for row in session.scalars(select(GatewayRequest))] == ["agent_model"]
@@ -123,9 +123,13 @@ def test_the_reply_is_read_from_each_apis_stream() -> None:
 
 
 def test_only_known_anthropic_betas_pass() -> None:
-    assert allowed_betas("claude-code-20250219, files-api-2025-04-14,effort-2025-11-24") == \
+    assert allowed_betas("claude-code-20250219, effort-2025-11-24,effort-2025-11-24") == \
         "claude-code-20250219,effort-2025-11-24"
-    assert allowed_betas("mcp-client-2025-04-04") is None and allowed_betas(None) is None
+    assert allowed_betas(None) is None and allowed_betas(" , ") is None
+    for refused in ("files-api-2025-04-14", "claude-code-20250219,mcp-client-2025-04-04", "claude-code",
+                    "claude-code-side-query-2026-09-29", "effort-2025-11-24x"):
+        with pytest.raises(PolicyError, match="anthropic-beta flag '"):
+            allowed_betas(refused)
 
 
 def test_provider_refusals_are_retried_off_the_agents_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

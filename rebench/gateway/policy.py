@@ -47,18 +47,34 @@ DROPPED_HINTS = {"responses": frozenset({"client_metadata"})}
 """Fields a known client always sends that change nothing of the answer (Codex's `client_metadata`: its
 session ids): accepted and not forwarded, so the agent works and the provider learns nothing of it."""
 
-ANTHROPIC_BETAS = ("claude-code-", "interleaved-thinking-", "context-management-", "mid-conversation-tool-changes-",
-                   "advanced-tool-use-", "effort-", "thinking-token-count-", "token-efficient-tools-",
-                   "fine-grained-tool-streaming-", "prompt-caching-", "output-128k-", "context-1m-")
-"""`anthropic-beta` flags passed on to an Anthropic upstream (prefixes): features of sampling and of the
-conversation's shape that Claude Code asks for. Others (files, MCP, code execution, ...) would reach the
-operator's account or run on the provider's side; they are dropped."""
+ANTHROPIC_BETAS = frozenset({
+    "claude-code", "interleaved-thinking", "context-management", "mid-conversation-tool-changes",
+    "advanced-tool-use", "effort", "thinking-token-count", "thinking-display-updates", "token-efficient-tools",
+    "fine-grained-tool-streaming", "prompt-caching", "output-128k", "context-1m", "token-counting"})
+"""`anthropic-beta` flags passed on to an Anthropic upstream, by name (a flag is `NAME-YYYY-MM-DD` or
+`NAME-YYYYMMDD`):
+features of sampling and of the conversation's shape. Claude Code 2.1.332 sends the first eight of them
+on every request (seen at the gateway in its installed-agent test). Any other flag is refused: the rest
+(files, MCP servers and tunnels, code execution, agent memory, skills, batches, ...) reach the operator's
+account or run on the provider's side, and a flag nobody has read is not passed on unread."""
+
+_BETA_FLAG = re.compile(r"(?P<name>[a-z0-9]+(?:-[a-z0-9]+)*?)-(?P<date>20[0-9]{2}-?[01][0-9]-?[0-3][0-9])")
+MAX_BETAS = 16
 
 
 def allowed_betas(header: str | None) -> str | None:
-    """The caller's `anthropic-beta` header cut down to ANTHROPIC_BETAS (None: nothing left)."""
-    kept = [flag.strip() for flag in (header or "").split(",") if flag.strip().startswith(ANTHROPIC_BETAS)]
-    return ",".join(kept[:16]) or None
+    """The caller's `anthropic-beta` flags when all are on ANTHROPIC_BETAS (None: no header or no flags);
+    PolicyError 400 naming the first flag that is not, and what is allowed."""
+    flags = [flag.strip() for flag in (header or "").split(",") if flag.strip()]
+    if len(flags) > MAX_BETAS:
+        raise PolicyError(400, f"anthropic-beta: {len(flags)} flags; at most {MAX_BETAS} are taken")
+    for flag in flags:
+        match = _BETA_FLAG.fullmatch(flag)
+        if match is None or match["name"] not in ANTHROPIC_BETAS:
+            raise PolicyError(400, f"anthropic-beta flag {flag[:80]!r} is not passed on by this gateway; "
+                                   f"allowed: {', '.join(sorted(ANTHROPIC_BETAS))} "
+                                   "(each NAME-YYYY-MM-DD or NAME-YYYYMMDD)")
+    return ",".join(dict.fromkeys(flags)) or None
 
 
 OUTPUT_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses": "max_output_tokens",

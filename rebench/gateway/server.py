@@ -199,7 +199,7 @@ class GatewayServer:
                 raise _closing(HttpError(exc.status, str(exc), "invalid_request_error")) from None
             parsed = await self._parse(body)
             model = str(parsed.get("model", ""))[:128]
-            ANTHROPIC_BETA.set(allowed_betas(request.headers.get("anthropic-beta")) if fmt in ANTHROPIC_FORMATS
+            ANTHROPIC_BETA.set(self._betas(request.headers.get("anthropic-beta")) if fmt in ANTHROPIC_FORMATS
                                else None)
             return await self._answer(meter, fmt, parsed, endpoint, model, started)
         except ClientDisconnect:  # gone while sending its body: nothing to answer, no row (as before)
@@ -246,6 +246,13 @@ class GatewayServer:
     async def _parse(body: bytes) -> dict[str, Any]:
         try:  # a big body is parsed in a thread, so the loop keeps serving other connections meanwhile
             return parse_body(body) if len(body) < 256 * 1024 else await asyncio.to_thread(parse_body, body)
+        except PolicyError as exc:
+            raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
+
+    @staticmethod
+    def _betas(header: str | None) -> str | None:
+        try:
+            return allowed_betas(header)
         except PolicyError as exc:
             raise HttpError(exc.status, str(exc), "invalid_request_error", exc.code) from None
 

@@ -116,13 +116,17 @@ def test_inline_images_still_reach_the_provider(tmp_path: Any) -> None:
     assert count == len(bodies)
 
 
-def _send(store: Store, path: str, bodies: list[dict[str, Any]]) -> tuple[list[tuple[int, str]], list[Any]]:
+def _send(store: Store, path: str, bodies: list[dict[str, Any]], betas: list[str] | None = None
+          ) -> tuple[list[tuple[int, str]], list[Any]]:
     async def attack(fake: FakeModelServer) -> list[tuple[int, str]]:
         async with gateway_at(store, provider_gateway(), fake) as (server, _, port):
             token = server.meters["agent"].token
             answers = []
-            for body in bodies:
-                answer = await raw(port, post(path, token, json.dumps(body).encode()))
+            for i, body in enumerate(bodies):
+                request = post(path, token, json.dumps(body).encode())
+                if betas is not None:
+                    request = request.replace(b"\r\n", f"\r\nanthropic-beta: {betas[i]}\r\n".encode(), 1)
+                answer = await raw(port, request)
                 answers.append((int(answer[9:12]), answer.decode(errors="replace")))
             return answers
 
@@ -130,3 +134,33 @@ def _send(store: Store, path: str, bodies: list[dict[str, Any]]) -> tuple[list[t
         answers = asyncio.run(attack(fake))
         reached = [r.body for r in fake.requests]
     return answers, reached
+
+
+CLAUDE_CODE_BETAS = ("claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+                     "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,"
+                     "advanced-tool-use-2025-11-20,effort-2025-11-24,thinking-display-updates-2026-08-18")
+"""What Claude Code 2.1.332 sends on every Messages request (recorded at the gateway in its installed-agent
+test)."""
+
+REFUSED_BETAS = ["files-api-2025-04-14", "mcp-client-2025-04-04", "code-execution-2025-08-25",
+                 "agent-memory-2026-07-22", "claude-code-side-query-2026-09-29", "claude-code-",
+                 "effort-2025-11-24, skills-2025-10-02", ",".join(["effort-2025-11-24"] * 17)]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_anthropic_beta_flags_off_the_allow_list_are_refused(tmp_path: Any, path: str) -> None:
+    """A beta flag turns on what the provider runs or stores for the operator's account (files, MCP
+    servers, code execution, memory); each one not on the short list Claude Code needs is a 400 naming it,
+    and the request goes nowhere. Claude Code's own flags still pass."""
+    store = Store(tmp_path / "gw.db")
+    body: dict[str, Any] = {"model": "tiny-1", "messages": [{"role": "user", "content": "hi"}]}
+    if path == "/v1/messages":
+        body["max_tokens"] = 8
+    answers, reached = _send(store, path, [body] * (len(REFUSED_BETAS) + 1),
+                             betas=[*REFUSED_BETAS, CLAUDE_CODE_BETAS])
+    assert [status for status, _ in answers] == [400] * len(REFUSED_BETAS) + [200], answers
+    assert len(reached) == (path == "/v1/messages")  # an openai-compatible upstream's count is the gateway's own
+    for flags, (_, text) in zip(REFUSED_BETAS[:-1], answers, strict=False):
+        named = next(flag.strip() for flag in flags.split(",") if not flag.strip().startswith("effort"))
+        assert f"anthropic-beta flag {named!r}" in text, text
+    assert "17 flags" in answers[len(REFUSED_BETAS) - 1][1]
