@@ -95,6 +95,7 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
     from rebench.errors import RebenchError
     from rebench.gateway import check_gateway
     from rebench.sandbox.local import LOCAL_WARNING
+    from rebench.scheduler.queue import campaign_concurrency
 
     warnings: list[str] = []
     outer = observer or Observer()
@@ -127,7 +128,9 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S
         from rebench.scheduler.ray_executor import connect
 
-        connect(spec.ray_address, spec.ray_timeout_s or DEFAULT_TIMEOUT_S)
+        cluster: dict[str, float] | None = connect(spec.ray_address, spec.ray_timeout_s or DEFAULT_TIMEOUT_S).resources
+    else:
+        cluster = None
     if spec.chosen_backend == "local":
         observer.note(LOCAL_WARNING)
     unconfined = _confinement_warning()
@@ -160,13 +163,16 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
             from rebench.scheduler.resume import prepare_resume
 
             campaign_id, attempt_ids = resume, prepare_resume(store, resume)
-        observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec))
+        concurrency = campaign_concurrency(store, registry, campaign_id, parallel=spec.parallel, gpus=spec.gpus,
+                                           cluster=cluster)
+        observer.planned(PlannedCampaign(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec,
+                                         concurrency=concurrency))
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
         runner = CampaignRunner(store, registry, snapshots_dir=store.snapshots_dir,
                                 progress=observer.progress, on_outcome=observer.finished,
                                 attempt_runner=_attempt_runner(spec))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
-        return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec,
+        return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec, concurrency=concurrency,
                               outcomes=sorted(outcomes, key=lambda o: o.attempt_id), warnings=warnings,
                               db=store.path)
 

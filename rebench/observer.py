@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from rebench.attempt_outcome import AttemptOutcome
 from rebench.campaign import CampaignSpec
+from rebench.scheduler.concurrency import Concurrency
 
 if TYPE_CHECKING:
     pass
@@ -70,6 +71,7 @@ class PlannedCampaign(BaseModel):
     campaign_id: int
     attempt_ids: list[int]
     spec: CampaignSpec
+    concurrency: Concurrency | None = Field(None, description="how many attempts run at once and what bounds it")
 
 
 class CampaignResult(PlannedCampaign):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,9 @@ def test_no_address_starts_ray_here_for_the_campaign_and_stops_it(tmp_path: Path
             proc.kill()
     _check_two_done(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), db, name)
     _gone(driver)
+    # what runs at once is said before the first attempt, with the resources Ray reports
+    assert re.search(r"at once: 2 requested, at most 2 at a time on the Ray cluster \(\d+ CPUs? and [\d.]+ GB of "
+                     r"memory for tasks, as Ray reports\)", out), out[-2000:]
 
 
 def _driver_of(proc: subprocess.Popen[str]) -> str:

@@ -132,6 +132,8 @@ def _planned(campaign: PlannedCampaign) -> None:
         f"backend {spec.backend}{f', network {spec.network}' if spec.network else ''})"
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
     ))
+    if campaign.concurrency is not None:
+        console.print(f"  at once: {campaign.concurrency.text}", highlight=False, soft_wrap=True)
 
 
 def _progress(attempt_id: int, message: str) -> None:

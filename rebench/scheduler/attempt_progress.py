@@ -125,10 +125,10 @@ def budget_eta_s(progress: CampaignProgress, running: list[AttemptProgress], que
 
 
 def campaign_line(progress: CampaignProgress, running: list[AttemptProgress], queued_budget_s: float) -> str:
-    """`campaign 4: 1/4 done, 1 running, 2 queued; at most 2m30s of budgets left`."""
+    """`campaign 4: 1/4 done, 1 running, 2 queued (2 waiting for CPUs); at most 2m30s of budgets left`."""
     eta = budget_eta_s(progress, running, queued_budget_s)
     return (f"campaign {progress.campaign_id}: {progress.counts_text()}, {progress.running} running, "
-            f"{progress.queued} queued; at most {format_duration(eta)} of budgets left")
+            f"{progress.queued_text()}; at most {format_duration(eta)} of budgets left")
 
 
 def queued_budget(store: Store, campaign_id: int) -> float:

@@ -136,9 +136,16 @@ class LeaseBroker:
     def _free(self, session: Session, pool: Sequence[int], priority: int) -> list[int]:
         taken = {lease.device for lease in self._active(session, "gpu") if lease.host == self.host}
         free = [device for device in pool if device not in taken]
-        claimed = sum(lease.waiting_gpus for lease in self._active(session, "request")
-                      if lease.host == self.host and lease.priority > priority and not self._mine(lease))
-        return free[:max(0, len(free) - claimed)]
+        return free[:max(0, len(free) - self._claimed(session, priority))]
+
+    def _claimed(self, session: Session, priority: int) -> int:
+        return sum(lease.waiting_gpus for lease in self._active(session, "request")
+                   if lease.host == self.host and lease.priority > priority and not self._mine(lease))
+
+    def claimed_gpus(self, priority: int = PRIORITY_AGENT) -> int:
+        """GPUs that live claims of a higher priority (a human attempt's) wait for on this host."""
+        with self.store.session() as session:
+            return self._claimed(session, priority)
 
     def try_acquire(self, attempt_id: int, pool: Sequence[int], count: int, *, campaign_id: int | None = None,
                     priority: int = PRIORITY_AGENT) -> list[int] | None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.errors import RebenchError
+from rebench.scheduler.concurrency import Concurrency
 from rebench.scheduler.leases import Lease, holder_alive, lease_timeout_s
 from rebench.store.db import Store
 from rebench.store.models import FINISHED_STATUSES, Attempt, AttemptStatus, Campaign, CampaignStatus
@@ -47,6 +48,10 @@ class CampaignProgress(BaseModel):
     groups: list[GroupProgress]
     eta_s: float | None = None
     """Remaining attempts x their mean wall time, over the attempts running at once."""
+    concurrency: Concurrency | None = None
+    """How many attempts run at once and what bounds it, as `rebench run` said before the first started."""
+    waiting: dict[str, int] = {}
+    """Queued attempts by what they wait for (CPUs, memory, GPUs, a --parallel slot), once the queue looked."""
 
     @property
     def state_text(self) -> str:
@@ -86,6 +91,14 @@ class CampaignProgress(BaseModel):
     @property
     def queued(self) -> int:
         return sum(g.queued for g in self.groups)
+
+    def queued_text(self) -> str:
+        """`3 queued (2 waiting for CPUs, 1 for a --parallel slot)`."""
+        if not self.waiting or not self.queued:
+            return f"{self.queued} queued"
+        parts = [f"{n} {'waiting ' if i == 0 else ''}for {why}"
+                 for i, (why, n) in enumerate(sorted(self.waiting.items(), key=lambda kv: (-kv[1], kv[0])))]
+        return f"{self.queued} queued ({', '.join(parts)})"
 
 
 def _seconds(a: datetime | None, b: datetime | None) -> float | None:
@@ -158,10 +171,16 @@ def _progress(campaign: Campaign, attempts: list[Attempt], leases: list[Lease]) 
     else:
         state = "done" if campaign.status == CampaignStatus.DONE else "interrupted"
     running = sum(g.running for g in groups)
+    waiting: dict[str, int] = {}
+    for a in attempts:
+        if a.counted and a.status == AttemptStatus.QUEUED and a.waiting_for and state == "running":
+            waiting[a.waiting_for] = waiting.get(a.waiting_for, 0) + 1
     return CampaignProgress(
         campaign_id=campaign.id, created_at=campaign.created_at, state=state,
         holder=f"{live[0].holder_pid}@{live[0].holder_host}" if live else None, groups=groups,
-        eta_s=_eta(groups, running) if state == "running" else None)
+        eta_s=_eta(groups, running) if state == "running" else None,
+        concurrency=Concurrency.model_validate(campaign.concurrency) if campaign.concurrency else None,
+        waiting=waiting)
 
 
 def all_campaigns(store: Store, limit: int | None = None) -> list[CampaignProgress]:

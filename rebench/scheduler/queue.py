@@ -19,18 +19,19 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 
 from rebench.environments.metadata import Profile
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.scheduler.concurrency import Concurrency, host_concurrency, ray_concurrency, waiting_text
 from rebench.scheduler.leases import PRIORITY_AGENT, LeaseBroker
 from rebench.scheduler.policy import Job, Need, Policy, Running, pick
 from rebench.store.db import Store
-from rebench.store.models import Attempt, AttemptStatus
+from rebench.store.models import Attempt, AttemptStatus, Campaign
 
 POLL_S = 1.0
 
@@ -62,14 +63,17 @@ class QueuedAttempt:
 
 
 StartAttempt = Callable[[QueuedAttempt, list[int]], Awaitable[None]]
+Waiting = Callable[[dict[int, str | None]], None]
+"""Told after each pass what every attempt not yet started waits for, and None for those that started."""
 
 
 class AttemptQueue:
     """Runs queued attempts on this host, never more than the capacity, GPUs leased in the store."""
 
     def __init__(self, broker: LeaseBroker, pool: Sequence[int], capacity: Need, *, campaign_id: int | None = None,
-                 policy: Policy = "backfill", poll_s: float = POLL_S) -> None:
+                 policy: Policy = "backfill", poll_s: float = POLL_S, on_waiting: Waiting | None = None) -> None:
         self.broker = broker
+        self.on_waiting = on_waiting
         self.pool = list(pool)
         self.capacity = capacity
         self.campaign_id = campaign_id
@@ -123,20 +127,86 @@ class AttemptQueue:
         now = time.monotonic()
         jobs = [Job(id=i.attempt_id, need=i.need.capped(self.capacity), duration_s=i.duration_s,
                     priority=i.priority, order=i.order) for i in pending.values()]
-        for job in pick(jobs, self._free(list(running.values())), list(running.values()), now, self.policy):
+        free = self._free(list(running.values()))
+        started: dict[int, str | None] = {}
+        for job in pick(jobs, free, list(running.values()), now, self.policy):
             item = pending[job.id]
             gpus = self.broker.try_acquire(item.attempt_id, self.pool, item.need.gpus,
                                            campaign_id=self.campaign_id, priority=item.priority)
             if gpus is None:
-                return  # another process took a device since we looked: the next pass sees it
+                break  # another process took a device since we looked: the next pass sees it
             del pending[job.id]
+            free = free - job.need
+            started[job.id] = None
             running[asyncio.create_task(self._one(item, gpus, start))] = Running(job.need, now + job.duration_s)
+        if self.on_waiting is not None:
+            self.on_waiting({**self._waiting(jobs, pending, free), **started})
+
+    def _waiting(self, jobs: Sequence[Job], pending: dict[int, QueuedAttempt], free: Need) -> dict[int, str | None]:
+        """What each attempt still pending lacks, against what is left free after this pass."""
+        reasons: dict[int, str | None] = {}
+        claimed: int | None = None
+        for job in jobs:
+            if job.id not in pending:
+                continue
+            reason = waiting_text(job.need, free)
+            if "GPUs" in reason:
+                claimed = self.broker.claimed_gpus() if claimed is None else claimed
+                if claimed:
+                    reason = reason.replace("GPUs", "GPUs (a human attempt's claim goes first)", 1)
+            reasons[job.id] = reason
+        return reasons
 
     async def _one(self, item: QueuedAttempt, gpus: list[int], start: StartAttempt) -> None:
         try:
             await start(item, gpus)
         finally:
             self.broker.release_attempt(item.attempt_id)
+
+
+def _queued_rows(store: Store, campaign_id: int) -> list[tuple[int, str, str, float]]:
+    with store.session() as session:
+        return [(a.id, a.environment, a.profile, a.budget_s) for a in session.scalars(
+            select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
+            .order_by(Attempt.id))]
+
+
+def campaign_concurrency(store: Store, registry: EnvironmentRegistry, campaign_id: int, *, parallel: int,
+                         gpus: Sequence[int], cluster: Mapping[str, float] | None = None,
+                         policy: Policy = "backfill") -> Concurrency:
+    """How many of the campaign's queued attempts run at once here (`cluster`: the resources a Ray
+    cluster reports; the attempts then ask Ray for their profile's CPUs, GPUs and memory), stored on
+    the campaign's row for every terminal that shows it."""
+    rows = _queued_rows(store, campaign_id)
+    if cluster is not None:
+        asks = {(e, p): registry.get(e).profile(p).resources for _, e, p, _ in rows}
+        concurrency = ray_concurrency([(e, Need(gpus=asks[e, p].gpus, cpus=asks[e, p].cpus,
+                                                memory_gb=asks[e, p].memory_gb, slots=1)) for _, e, p, _ in rows],
+                                      parallel, cluster)
+    else:
+        needs = {(e, p): attempt_need(registry.get(e).profile(p)) for _, e, p, _ in rows}
+        capacity = replace(host_capacity(parallel), gpus=len(gpus))
+        concurrency = host_concurrency([(e, needs[e, p]) for _, e, p, _ in rows], capacity, policy=policy)
+    with store.session() as session:
+        session.get_one(Campaign, campaign_id).concurrency = concurrency.model_dump(mode="json")
+    return concurrency
+
+
+class _WaitWriter:
+    """Writes each queued attempt's `waiting_for` when it changes (a pass that changes nothing writes nothing)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.written: dict[int, str | None] = {}
+
+    def __call__(self, reasons: dict[int, str | None]) -> None:
+        changed = {i: r for i, r in reasons.items() if self.written.get(i, "") != r}
+        if not changed:
+            return
+        with self.store.session() as session:
+            for attempt in session.scalars(select(Attempt).where(Attempt.id.in_(changed))):
+                attempt.waiting_for = changed[attempt.id]
+        self.written.update(changed)
 
 
 async def run_campaign_queue(store: Store, registry: EnvironmentRegistry, campaign_id: int, *, gpus: Sequence[int],
@@ -146,10 +216,7 @@ async def run_campaign_queue(store: Store, registry: EnvironmentRegistry, campai
     """Run the campaign's queued attempts (in plan order), holding the campaign's lease and
     beating for every lease of this process until they end. `cluster`: a cluster executor places
     the attempts and their GPUs; here only `parallel` of them are handed to it at once."""
-    with store.session() as session:
-        rows = [(a.id, a.environment, a.profile, a.budget_s) for a in session.scalars(
-            select(Attempt).where(Attempt.campaign_id == campaign_id, Attempt.status == AttemptStatus.QUEUED)
-            .order_by(Attempt.id))]
+    rows = _queued_rows(store, campaign_id)
     needs = {(e, p): attempt_need(registry.get(e).profile(p)) for _, e, p, _ in rows}
     if cluster:
         needs = {key: Need(slots=1) for key in needs}
@@ -158,7 +225,8 @@ async def run_campaign_queue(store: Store, registry: EnvironmentRegistry, campai
     broker = LeaseBroker(store)
     broker.hold_campaign(campaign_id)
     capacity = Need(cpus=math.inf, memory_gb=math.inf, slots=parallel) if cluster else host_capacity(parallel)
-    queue = AttemptQueue(broker, [] if cluster else gpus, capacity, campaign_id=campaign_id, policy=policy)
+    queue = AttemptQueue(broker, [] if cluster else gpus, capacity, campaign_id=campaign_id, policy=policy,
+                         on_waiting=_WaitWriter(store))
 
     async def one(item: QueuedAttempt, lease: list[int]) -> None:
         await start(item.attempt_id, registry.get(item.environment), lease)

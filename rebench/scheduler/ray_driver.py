@@ -63,6 +63,9 @@ class RayDriver:
         self._proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
         """Where this driver's part of the log starts."""
+        self.resources: dict[str, float] = {}
+        """The cluster's total resources when the driver joined, as Ray reports them (`CPU`, `GPU`,
+        `memory` in bytes, ...)."""
 
     # ------------------------------------------------------------ joining
 
@@ -117,6 +120,7 @@ class RayDriver:
                 except (EOFError, OSError):
                     break
                 if kind == "joined":
+                    self.resources = dict(detail or {})
                     return
                 refused = auth_refusal(self.log_path, self._offset)
                 if refused:
@@ -328,7 +332,7 @@ def main(fd: int) -> None:
     except Exception as exc:
         conn.send(("failed", f"{type(exc).__name__}: {_first_line(exc)}"))
         return
-    conn.send(("joined", None))
+    conn.send(("joined", {str(k): float(v) for k, v in ray.cluster_resources().items()}))
     driver = _Driver(conn)
     asyncio.run(driver.serve(ray))
     ray.shutdown()

@@ -40,12 +40,15 @@ def render(p: CampaignProgress, attempts: list[AttemptProgress] | None = None,
     eta = "" if p.eta_s is None else f", ETA {format_duration(p.eta_s)}"
     if attempts is not None and p.state == "running":
         eta += f", at most {format_duration(budget_eta_s(p, attempts, queued_budget_s))} by the budgets"
-    footer = f"{p.counts_text()}, {p.running} running, {p.queued} queued{eta}"
+    footer = f"{p.counts_text()}, {p.running} running, {p.queued_text()}{eta}"
     note = STATE_NOTE.get(p.state, "").format(id=p.campaign_id)
     parts: list[RenderableType] = [table]
     if attempts:
         parts.append(_attempt_rows(attempts))
-    return Group(*parts, literal_text(footer + (f"; {note}" if note else "")))
+    parts.append(literal_text(footer + (f"; {note}" if note else "")))
+    if p.concurrency:
+        parts.append(literal_text(f"at once: {p.concurrency.text}"))
+    return Group(*parts)
 
 
 def _attempt_rows(attempts: list[AttemptProgress]) -> Table:

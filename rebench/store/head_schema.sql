@@ -8,7 +8,7 @@ CREATE TABLE campaigns (
 	id INTEGER NOT NULL, 
 	created_at DATETIME NOT NULL, 
 	spec JSON NOT NULL, 
-	status VARCHAR(16) NOT NULL, 
+	status VARCHAR(16) NOT NULL, concurrency JSON, 
 	PRIMARY KEY (id)
 );
 CREATE TABLE attempts (
@@ -48,7 +48,7 @@ CREATE TABLE attempts (
 	snapshot_path TEXT, 
 	import_sha256 VARCHAR(64), 
 	import_row INTEGER, 
-	external_id VARCHAR(128), final_rule VARCHAR(16), rule_raw FLOAT, rule_normalized FLOAT, network VARCHAR(8) DEFAULT 'none' NOT NULL, rebench_version VARCHAR(32), env_hash VARCHAR(16), 
+	external_id VARCHAR(128), final_rule VARCHAR(16), rule_raw FLOAT, rule_normalized FLOAT, network VARCHAR(8) DEFAULT 'none' NOT NULL, rebench_version VARCHAR(32), env_hash VARCHAR(16), waiting_for VARCHAR(64), 
 	PRIMARY KEY (id), 
 	CONSTRAINT uq_attempt_import_provenance UNIQUE (import_sha256, import_row), 
 	FOREIGN KEY(campaign_id) REFERENCES campaigns (id), 
@@ -255,4 +255,4 @@ CREATE INDEX ix_score_events_attempt_id ON score_events (attempt_id);
 CREATE UNIQUE INDEX uq_attempt_source_external_id ON attempts (source, external_id);
 CREATE UNIQUE INDEX uq_leases_active_campaign ON leases (campaign_id) WHERE released_at IS NULL AND kind = 'campaign';
 CREATE UNIQUE INDEX uq_leases_active_device ON leases (host, device) WHERE released_at IS NULL AND device IS NOT NULL;
-INSERT INTO alembic_version (version_num) VALUES ('0012');
+INSERT INTO alembic_version (version_num) VALUES ('0013');

@@ -149,6 +149,9 @@ class Campaign(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[CampaignStatus] = mapped_column(EnumString(CampaignStatus, 16), default=CampaignStatus.RUNNING)
+    concurrency: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """How many attempts run at once and what bounds it (rebench.scheduler.concurrency.Concurrency),
+    written before the first one starts."""
 
     attempts: Mapped[list[Attempt]] = relationship(back_populates="campaign")
 
@@ -188,6 +191,8 @@ class Attempt(Base):
     status: Mapped[AttemptStatus] = mapped_column(
         EnumString(AttemptStatus, 16), default=AttemptStatus.QUEUED, index=True
     )
+    waiting_for: Mapped[str | None] = mapped_column(String(64))
+    """While queued: what it waits for (CPUs, memory, GPUs, a --parallel slot); rebench.scheduler.queue."""
     error_source: Mapped[ErrorSource | None] = mapped_column(EnumString(ErrorSource, 16))
     error_message: Mapped[str | None] = mapped_column(Text)
     limit_reason: Mapped[LimitReason | None] = mapped_column(EnumString(LimitReason, 32))

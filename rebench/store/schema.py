@@ -17,7 +17,7 @@ from pathlib import Path
 from rebench.errors import RebenchError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-HEAD_REVISION = "0012"
+HEAD_REVISION = "0013"
 """The newest schema revision, known without loading Alembic, which reads every migration (about
 0.3 s of each command that opens a database); tests/test_store_files.py checks it is Alembic's head."""
 
