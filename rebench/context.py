@@ -228,6 +228,8 @@ class AttemptContext:
         self.answer: str | None = None
         self.limit_reason: str | None = None
         self._scores: list[ScoreResult] = []
+        self.agent_ended = False
+        self._on_agent_end: list[Callable[[], None]] = []
 
     @property
     def paths(self) -> SandboxPaths:
@@ -338,6 +340,24 @@ class AttemptContext:
         self.answer = answer
         self.recorder.event("submit", answer=answer)
         self.submitted.set()
+
+    def on_agent_end(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when the agent's time is over (at once if it is): what the agent can reach
+        from outside the harness's process (the `task` door) closes then."""
+        if self.agent_ended:
+            callback()
+        else:
+            self._on_agent_end.append(callback)
+
+    def end_agent(self) -> None:
+        """The agent's time is over (its run ended, its budget ran out, it submitted): the watchdog says
+        so before it cancels the agent, so nothing the agent left running scores after its end."""
+        if self.agent_ended:
+            return
+        self.agent_ended = True
+        callbacks, self._on_agent_end = self._on_agent_end, []
+        for callback in callbacks:
+            callback()
 
     async def sleep(self, seconds: float) -> None:
         started = time.monotonic()

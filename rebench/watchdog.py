@@ -34,6 +34,7 @@ async def watch_agent(task: asyncio.Task[None], ctx: AttemptContext, sandbox: Sa
             reason = "submitted"
             break
         await asyncio.wait({task}, timeout=WATCHDOG_TICK_S)
+    ctx.end_agent()  # its `task` door closes first: a score it left running or queued is not recorded
     if not task.done():
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -5,18 +5,27 @@ An installed agent (Claude Code, Codex) and a human expert both work in a shell 
 commands, so both are answered here, by one class, with the same words; the expert's door
 (rebench.human.tasks) adds the clock commands (`start`, `pause`, `resume`) on top. Every command,
 refused or not, is recorded as a `task` event with its answer.
+
+The door closes when the agent's time is over (its run ended, its budget ran out, it submitted:
+AttemptContext.end_agent): a command still running then is cancelled and nothing it did is
+recorded, and later ones are refused, so nothing the agent left behind (a background loop, a
+score queued at the last moment) can score once the attempt is ending, as an agent calling
+ctx.score in the harness's process could not either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from rebench.sandbox.docker.tasks import TaskReply, TaskRequest
 
 AGENT_COMMANDS = ("score", "score-log", "submit", "status", "note")
+TEXT_COMMANDS = ("submit", "note", "pause")
+"""Commands whose arguments are text (an answer, a note, a reason); every other one takes none."""
 SUBMIT_DELAY_S = 0.5
 """The attempt ends this long after `task submit` answers, so the answer reaches the caller first."""
 USAGE = 2
@@ -50,6 +59,8 @@ class DoorContext(Protocol):
 
     def score_feedback(self) -> list[dict[str, Any]]: ...
 
+    def on_agent_end(self, callback: Callable[[], None]) -> None: ...
+
 
 class TaskDoor:
     """One attempt's `task` commands for an agent working in its sandbox: the clock always runs."""
@@ -62,6 +73,15 @@ class TaskDoor:
         self.ctx = ctx
         self._lock = asyncio.Lock()
         self.submitted = False
+        self.closed = False
+        self._running: asyncio.Future[tuple[int, str]] | None = None
+        ctx.on_agent_end(self.close)
+
+    def close(self) -> None:
+        """The agent's time is over: cancel the command running now and refuse the rest."""
+        self.closed = True
+        if self._running is not None:
+            self._running.cancel()
 
     async def handle(self, request: TaskRequest) -> TaskReply:
         """The sandbox's task_handler (rebench.sandbox.docker.tasks)."""
@@ -73,10 +93,18 @@ class TaskDoor:
     async def run(self, command: str, args: list[str]) -> tuple[int, str]:
         """Answer one command (exit code, text for the caller) and record it as a `task` event."""
         async with self._lock:
+            self._running = asyncio.ensure_future(self._dispatch(command, args))
             try:
-                exit_code, output = await self._dispatch(command, args)
+                exit_code, output = await self._running
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not self.closed or (current is not None and current.cancelling()):
+                    raise  # the caller itself was cancelled (the sandbox stops), not the command by close()
+                exit_code, output = REFUSED, f"the attempt ended before `task {command}` finished; it does not count"
             except Exception as exc:  # the caller gets a line, the harness goes on
                 exit_code, output = REFUSED, f"task {command} failed: {type(exc).__name__}: {exc}"
+            finally:
+                self._running = None
         output = output if output.endswith("\n") else output + "\n"
         self.ctx.recorder.event("task", command=command, args=args, exit_code=exit_code, output=output)
         return exit_code, output
@@ -86,6 +114,10 @@ class TaskDoor:
             return USAGE, f"unknown task command {command!r}; allowed: {', '.join(self.commands)}"
         if self.submitted:
             return REFUSED, "the attempt is submitted and ending"
+        if self.closed:
+            return REFUSED, "the attempt has ended: its time is over, `task` commands are closed"
+        if args and command not in TEXT_COMMANDS:
+            return USAGE, f"`task {command}` takes no arguments (got {' '.join(args)[:200]!r})"
         refusal = self.refusal(command)
         if refusal is not None:
             return REFUSED, refusal

@@ -674,18 +674,22 @@ class Server:
         except OSError:
             data = b""
         client.buf += data
-        if b"\n" not in client.buf and data and len(client.buf) <= TASK_REQUEST_LIMIT:
+        line, newline, _ = bytes(client.buf).partition(b"\n")
+        if not newline and data and len(client.buf) <= TASK_REQUEST_LIMIT:
             return
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(client.conn)
         self.task_clients.pop(client.conn.fileno(), None)
-        line = bytes(client.buf).split(b"\n", 1)[0]
-        try:
+        if len(line) > TASK_REQUEST_LIMIT:
+            self.task_answer(client, 2, f"task: the request is over {TASK_REQUEST_LIMIT} bytes; "
+                                        "shorten the arguments\n")
+            return
+        try:  # the agent's bytes: whatever they are (deep nesting raises RecursionError), one line back
             request = json.loads(line)
             command = str(request["command"])
             args = [str(a) for a in request.get("args") or []]
-        except (ValueError, KeyError, TypeError):
-            self.task_answer(client, 2, "task: bad request\n")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            self.task_answer(client, 2, 'task: bad request: one line of JSON, {"command": "...", "args": [...]}\n')
             return
         if self.outfd is None:
             self.task_answer(client, 3, self._attach_hint("the harness is not connected"))
@@ -1054,6 +1058,11 @@ class Server:
                             self.read_task(data)
                     except Exception as exc:  # PID 1 of a human attempt: an error here must not end it
                         print(f"rebench exec server: {kind}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                        if kind == "task_client":  # nor leave the connection open in PID 1 for good
+                            self.task_clients.pop(data.conn.fileno(), None)
+                            with contextlib.suppress(KeyError, ValueError, OSError):
+                                self.sel.unregister(data.conn)
+                                data.conn.close()
                 elif kind == "in" and self.listener is not None:
                     if not self.read_requests():
                         self.harness_gone()

@@ -15,10 +15,17 @@ import socket
 import sys
 
 TASK_SOCKET = "/run/rebench-task/task.sock"
+REQUEST_LIMIT = 65536
+"""The most bytes of one request the exec server reads (its TASK_REQUEST_LIMIT)."""
 
 
 def main(argv: list[str]) -> int:
     request = {"command": argv[0] if argv else "", "args": argv[1:]}
+    line = json.dumps(request).encode()
+    if len(line) > REQUEST_LIMIT:
+        print(f"task: the command is {len(line)} bytes long as sent; at most {REQUEST_LIMIT} are allowed "
+              "(shorten its arguments)", file=sys.stderr)
+        return 2
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(TASK_SOCKET)
@@ -26,7 +33,7 @@ def main(argv: list[str]) -> int:
         print(f"task: the task service is not running in this sandbox ({exc})", file=sys.stderr)
         return 3
     with contextlib.suppress(OSError):  # a refusal may come (and the socket close) before we finish sending
-        sock.sendall(json.dumps(request).encode() + b"\n")
+        sock.sendall(line + b"\n")
     data = b""
     while True:
         try:
