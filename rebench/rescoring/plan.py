@@ -21,8 +21,10 @@ best call's snapshot, under `best`), else on the final solution.
 
 A snapshot cut by the snapshot budget is not the solution that was scored, so it is never re-scored
 (the plan lists it); a candidate snapshot whose content no longer matches its recorded digest is
-refused, with its attempt. Everything is read from the database and the snapshot folders: nothing here
-writes.
+refused, with its attempt; so is a folder holding what a snapshot copy never makes (a link or hard link
+out of it, a FIFO, a device, more than the profile's snapshot cap: rebench.sandbox.snapshot_check), which
+is checked before its digest is taken. Everything is read from the database and the snapshot folders:
+nothing here writes.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rebench.environments.metadata import SnapshotCap
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
+from rebench.sandbox.snapshot_check import check_folder
 from rebench.scoring.normalize import is_valid
 from rebench.scoring.rescore import ScoreSnapshot, choose_candidates, folder_digest
 from rebench.store.db import Store
@@ -175,16 +179,18 @@ def _plan_one(session: Session, attempt: Attempt, env: Environment | None) -> At
     finals = [d for d in snapshots if d.get("score_id") is None]
     rule = _rule_it_ran_under(session, attempt, profile.final_score)
     plan: AttemptPlan | str
+    cap = profile.snapshot
     if rescored is not None or (at_calls and rule == RULE_RESCORE):
-        plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction)
+        plan = _candidates(session, attempt, at_calls, profile.rescore.candidates, profile.direction, cap)
     elif rule == RULE_BEST:
-        plan = _best_calls(session, attempt, at_calls, finals, profile.direction)
+        plan = _best_calls(session, attempt, at_calls, finals, profile.direction, cap)
     else:
-        plan = _final(attempt, finals)
-    if isinstance(plan, AttemptPlan) and plan.rule != RULE_FINAL and isinstance(_final(attempt, finals), AttemptPlan):
+        plan = _final(attempt, finals, cap)
+    if isinstance(plan, AttemptPlan) and plan.rule != RULE_FINAL and isinstance(_final(attempt, finals, cap),
+                                                                                AttemptPlan):
         plan.final_snapshot = attempt.snapshot_path
     if isinstance(plan, AttemptPlan):
-        plan.heldout_snapshot = _heldout_snapshot(session, attempt, at_calls, plan) or plan.final_snapshot
+        plan.heldout_snapshot = _heldout_snapshot(session, attempt, at_calls, plan, cap) or plan.final_snapshot
     return plan
 
 
@@ -198,7 +204,7 @@ def _rule_it_ran_under(session: Session, attempt: Attempt, profile_rule: str) ->
 
 
 def _heldout_snapshot(session: Session, attempt: Attempt, at_calls: list[dict[str, object]],
-                      plan: AttemptPlan) -> str | None:
+                      plan: AttemptPlan, cap: SnapshotCap) -> str | None:
     """The best call's snapshot the attempt's held-out final scored, when it is still whole (None:
     it scored the final solution; where that snapshot is gone or changed, a line in the plan says so)."""
     row = session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id,
@@ -209,14 +215,22 @@ def _heldout_snapshot(session: Session, attempt: Attempt, at_calls: list[dict[st
         return None
     folder = Path(str(details["snapshot"]))
     digest = next((d.get("sha256") for d in at_calls if d.get("score_id") == details.get("score_id")), None)
-    if digest is not None and folder.is_dir() and folder_digest(folder) == digest:
+    if digest is not None and _unrestorable(folder, cap) is None and folder_digest(folder) == digest:
         return str(folder)
     plan.skipped_snapshots.append(f"held-out: the best call's snapshot {folder} is gone or changed since it was "
                                   "taken, so the held-out final is scored again on the final solution")
     return None
 
 
-def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | str:
+def _unrestorable(folder: Path, cap: SnapshotCap) -> str | None:
+    """Why a snapshot folder may not be laid into a sandbox (rebench.sandbox.snapshot_check), or None."""
+    if not folder.is_dir() and not folder.is_symlink():
+        return f"its snapshot folder {folder} is gone"
+    why = check_folder(folder, int(cap.max_bytes), cap.max_files)
+    return None if why is None else f"snapshot {folder} cannot be restored: {why}"
+
+
+def _final(attempt: Attempt, finals: list[dict[str, object]], cap: SnapshotCap) -> AttemptPlan | str:
     """The solution the attempt ended with, when it was kept whole."""
     if attempt.snapshot_path is None or not finals:
         return "no snapshot of its final solution was kept"
@@ -224,8 +238,9 @@ def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | s
     if last.get("capped") or int(str(last.get("left_out_count") or 0)):
         return f"its final snapshot was cut by the snapshot budget ({last.get('note')})"
     path = Path(attempt.snapshot_path)
-    if not path.is_dir():
-        return f"its snapshot folder {path} is gone"
+    why = _unrestorable(path, cap)
+    if why is not None:
+        return why
     snapshot = ScoreSnapshot(path=str(path), sha256=folder_digest(path), score_id=FINAL_SNAPSHOT_ID,
                              raw=attempt.final_raw if attempt.final_raw is not None else 0.0)
     return AttemptPlan(attempt_id=attempt.id, environment=attempt.environment, profile=attempt.profile,
@@ -233,7 +248,7 @@ def _final(attempt: Attempt, finals: list[dict[str, object]]) -> AttemptPlan | s
 
 
 def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, object]], count: int,
-                direction: str) -> AttemptPlan | str:
+                direction: str, cap: SnapshotCap) -> AttemptPlan | str:
     """The snapshots its re-scoring used (named by its `rescore` rows, in their order); where it was
     never re-scored, the best `count` of its score calls' snapshots, picked as that rule picks."""
     raws = {e.id: e.raw for e in session.scalars(select(ScoreEvent).where(
@@ -254,13 +269,13 @@ def _candidates(session: Session, attempt: Attempt, at_calls: list[dict[str, obj
     if not chosen:
         why = "; ".join(skipped) if skipped else "no valid score call had a kept snapshot"
         return f"nothing of it can be re-scored: {why}"
-    return _whole(chosen) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
-                                         profile=attempt.profile, rule=RULE_RESCORE, candidates=chosen,
+    return _whole(chosen, cap) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
+                                              profile=attempt.profile, rule=RULE_RESCORE, candidates=chosen,
                                          skipped_snapshots=skipped)
 
 
 def _best_calls(session: Session, attempt: Attempt, at_calls: list[dict[str, object]],
-                finals: list[dict[str, object]], direction: str) -> AttemptPlan | str:
+                finals: list[dict[str, object]], direction: str, cap: SnapshotCap) -> AttemptPlan | str:
     """Under `best`: the snapshot of each valid score call, distinct by content (module docstring); where
     none is whole, the solution it ended with, with a line saying why it is not the best call's."""
     calls = [(e.id, e.raw) for e in session.scalars(select(ScoreEvent).where(
@@ -281,14 +296,14 @@ def _best_calls(session: Session, attempt: Attempt, at_calls: list[dict[str, obj
             taken.append(ScoreSnapshot(path=str(data["path"]), sha256=str(data["sha256"]), score_id=score_id, raw=raw))
     chosen, _ = choose_candidates(taken, len(taken), "lower" if direction == "lower" else "higher")
     if chosen:
-        return _whole(chosen) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
+        return _whole(chosen, cap) or AttemptPlan(attempt_id=attempt.id, environment=attempt.environment,
                                              profile=attempt.profile, rule=RULE_BEST, candidates=chosen,
                                              skipped_snapshots=skipped)
     why = ("no score call was valid, so the rule picked none" if not valid
            else "no snapshots at score calls were kept (under best, only a profile with a held-out split keeps "
                 "them, unless it turns them off)"
            if not at_calls else "no valid score call has a whole snapshot: " + "; ".join(skipped))
-    plan = _final(attempt, finals)
+    plan = _final(attempt, finals, cap)
     if isinstance(plan, str):
         return f"{plan} (and under the best rule: {why})"
     plan.skipped_snapshots.append(f"best rule: {why}; so the solution it ended with is re-scored, not the best "
@@ -296,14 +311,16 @@ def _best_calls(session: Session, attempt: Attempt, at_calls: list[dict[str, obj
     return plan
 
 
-def _whole(chosen: list[ScoreSnapshot]) -> str | None:
-    """Why the chosen snapshots cannot be re-scored (one cut, gone or changed since it was taken), or None."""
+def _whole(chosen: list[ScoreSnapshot], cap: SnapshotCap) -> str | None:
+    """Why the chosen snapshots cannot be re-scored (one cut, gone, not restorable or changed since it was
+    taken), or None."""
     for snapshot in chosen:
         folder = Path(snapshot.path)
         if snapshot.sha256 is None:
             return f"snapshot {folder} was cut by the snapshot budget"
-        if not folder.is_dir():
-            return f"its snapshot folder {folder} is gone"
+        why = _unrestorable(folder, cap)
+        if why is not None:
+            return why
         if folder_digest(folder) != snapshot.sha256:
             return f"snapshot {folder} changed since it was taken (its content digest differs)"
     return None

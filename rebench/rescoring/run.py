@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from rebench.calibration import ResolvedAnchors, hardware_fingerprint, resolve_anchors
+from rebench.environments.metadata import SnapshotCap
 from rebench.environments.registry import Environment, EnvironmentRegistry
 from rebench.errors import RebenchError
 from rebench.harness_files import kit_version
@@ -213,14 +214,14 @@ def _built(todo: list[AttemptPlan], registry: EnvironmentRegistry, build: Callab
     return kept
 
 
-async def _score_heldout(sandbox: Sandbox, final: Path, timeout_s: float) -> ScoreResult:
+async def _score_heldout(sandbox: Sandbox, final: Path, timeout_s: float, cap: SnapshotCap) -> ScoreResult:
     """The solution the attempt's held-out final scored, scored on the held-out split again
     (rebench.scoring.heldout; AttemptPlan.heldout_snapshot)."""
     from rebench.environments.install import FINAL_PARAMS_FILE
-    from rebench.scoring.rescore import restore_layers
+    from rebench.scoring.rescore import restore_snapshot
     from rebench.scoring.run import run_scoring
 
-    error = await restore_layers(sandbox, [final])
+    error = await restore_snapshot(sandbox, final, cap)
     if error is not None:
         return ScoreResult(raw=None, message={"error": error})
     return await run_scoring(sandbox, timeout_s, params=FINAL_PARAMS_FILE)
@@ -285,10 +286,12 @@ async def _score_one(store: Store, item: AttemptPlan, env: Environment, backend:
         await install_environment(sandbox, env, item.profile, assets)
         summary = await rescore(sandbox, item.candidates, candidates=len(item.candidates), repeats=repeats,
                                 direction=profile.direction, timeout_s=profile.score_timeout_s, record=record,
-                                log=lambda m: log(f"attempt {item.attempt_id}: {m}"), anchors=solutions)
+                                log=lambda m: log(f"attempt {item.attempt_id}: {m}"), anchors=solutions,
+                                cap=profile.snapshot)
         heldout = None
         if profile.final_split is not None and item.heldout_snapshot is not None:
-            heldout = await _score_heldout(sandbox, Path(item.heldout_snapshot), profile.score_timeout_s)
+            heldout = await _score_heldout(sandbox, Path(item.heldout_snapshot), profile.score_timeout_s,
+                                           profile.snapshot)
             record(heldout, ScoreKind.HELDOUT, {"snapshot": item.heldout_snapshot, "split": "final"})
     finally:
         with contextlib.suppress(Exception):

@@ -102,9 +102,38 @@ def _kill_marked(variable: str, settle_s: float = 2.0) -> int:
     return killed
 
 
+def _copy_entries(source: Path, target: Path, root: str) -> list[Path]:
+    """Copy `source`'s entries into `target` (made where missing); what was made at the top.
+
+    A link that resolves inside `root` (the folder being copied) is copied as the link, as Docker's
+    archive keeps it: following it would copy a loop such as `a -> .` without end. Any other link is
+    followed, as before: an environment's assets may point at a cache; a snapshot with such a link is
+    refused before it gets here (rebench.sandbox.snapshot_check)."""
+    made: list[Path] = []
+    for item in sorted(source.iterdir()):
+        if item.name == "__pycache__":
+            continue
+        destination = target / item.name
+        if destination.is_symlink():  # an earlier layer's link: replaced, not written through
+            destination.unlink()
+        resolved = os.path.realpath(item)
+        if item.is_symlink() and (resolved == root or resolved.startswith(root + os.sep)):
+            os.symlink(os.readlink(item), destination)
+        elif item.is_dir():
+            destination.mkdir(exist_ok=True)
+            _copy_entries(item, destination, root)
+            shutil.copystat(item, destination)
+        else:
+            shutil.copy2(item, destination)
+        made.append(destination)
+    return made
+
+
 def _make_read_only(path: Path) -> None:
-    targets = [path, *path.rglob("*")] if path.is_dir() else [path]
+    targets = [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]
     for target in targets:
+        if target.is_symlink():
+            continue
         mode = target.stat().st_mode
         target.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
@@ -264,15 +293,7 @@ class LocalSandbox:
         target = self._host_path(dest)
         target.mkdir(parents=True, exist_ok=True)
         source = Path(source_dir)
-        for item in source.iterdir():
-            if item.name == "__pycache__":
-                continue
-            destination = target / item.name
-            if item.is_dir():
-                shutil.copytree(item, destination, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(item, destination)
+        for destination in _copy_entries(source, target, os.path.realpath(source)):
             if read_only:
                 _make_read_only(destination)
 

@@ -40,8 +40,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rebench.environments.metadata import SnapshotCap
 from rebench.sandbox.base import Sandbox
 from rebench.sandbox.snapshot import SnapshotBudget, SnapshotReport
+from rebench.sandbox.snapshot_check import check_folder
 from rebench.scoring.normalize import final_raw_score, is_valid
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import CallTokens, run_scoring
@@ -69,7 +71,11 @@ def folder_digest(root: Path) -> str:
                 digest.update(b"L" + os.readlink(path).encode() + b"\0")
                 continue
             digest.update(b"X" if info.st_mode & 0o111 else b"F")
-            with open(path, "rb") as handle:
+            # Never through a link swapped in since, nor into a FIFO or a device (which would never end).
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ValueError(f"{path} is not a regular file")
                 for chunk in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(chunk)
             digest.update(b"\0")
@@ -221,8 +227,16 @@ def choose_candidates(snapshots: Sequence[ScoreSnapshot], count: int,
     return chosen, skipped
 
 
-async def restore_snapshot(sandbox: Sandbox, snapshot: Path) -> str | None:
-    """Replace the sandbox's solution folder by a snapshot's content; an error line, or None."""
+async def restore_snapshot(sandbox: Sandbox, snapshot: Path, cap: SnapshotCap | None = None) -> str | None:
+    """Replace the sandbox's solution folder by a snapshot's content; an error line, or None.
+
+    The host folder is checked first (rebench.sandbox.snapshot_check): what a snapshot copy never
+    makes (a link or hard link out, a FIFO, a device, a file past the profile's `cap`) is refused,
+    not copied, so nothing outside it is read and nothing unbounded is written."""
+    limits = (None, None) if cap is None else (int(cap.max_bytes), cap.max_files)
+    why = await asyncio.to_thread(check_folder, snapshot, *limits)
+    if why is not None:
+        return f"snapshot {snapshot} cannot be restored: {why}"
     return await restore_layers(sandbox, [snapshot])
 
 
@@ -248,10 +262,12 @@ Record = Callable[[ScoreResult, ScoreKind, dict[str, object]], object]
 
 
 async def _score_layers(sandbox: Sandbox, layers: Sequence[Path], restore: bool, error: str | None,
-                        timeout_s: float, tokens: CallTokens | None) -> tuple[ScoreResult, str | None]:
-    """Lay a solution into the solution folder (unless it is there already) and score it once."""
+                        timeout_s: float, tokens: CallTokens | None, snapshot: bool = False,
+                        cap: SnapshotCap | None = None) -> tuple[ScoreResult, str | None]:
+    """Lay a solution into the solution folder (unless it is there already) and score it once;
+    `snapshot`: the one layer is an agent's snapshot, checked (within `cap`) before it is restored."""
     if restore:
-        error = await restore_layers(sandbox, layers)
+        error = await (restore_snapshot(sandbox, layers[0], cap) if snapshot else restore_layers(sandbox, layers))
     if error is not None:
         return ScoreResult(raw=None, message={"error": error}), error
     return await run_scoring(sandbox, timeout_s, tokens), None
@@ -260,9 +276,10 @@ async def _score_layers(sandbox: Sandbox, layers: Sequence[Path], restore: bool,
 async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candidates: int, repeats: int,
                   direction: Direction, timeout_s: float, record: Record,
                   log: Callable[[str], None] = lambda _m: None, tokens: CallTokens | None = None,
-                  anchors: AnchorSolutions | None = None) -> RescoreSummary:
+                  anchors: AnchorSolutions | None = None, cap: SnapshotCap | None = None) -> RescoreSummary:
     """Re-score the best candidates (module docstring); `record` stores each re-score as it comes.
-    With `anchors`, the starting and reference solutions are scored in every round beside them."""
+    With `anchors`, the starting and reference solutions are scored in every round beside them.
+    Each snapshot is checked before it is restored (restore_snapshot), within `cap` when given."""
     chosen, skipped = choose_candidates(snapshots, candidates, direction)
     results: list[CandidateRescore] = []
     for snapshot in chosen:
@@ -285,7 +302,7 @@ async def rescore(sandbox: Sandbox, snapshots: Sequence[ScoreSnapshot], *, candi
         entry = results[index]
         log(f"re-scoring candidate {index + 1}/{len(results)}, run {repeat}/{repeats}")
         result, errors[index] = await _score_layers(sandbox, [Path(entry.snapshot)], window is not None or repeat == 1,
-                                                    errors.get(index), timeout_s, tokens)
+                                                    errors.get(index), timeout_s, tokens, snapshot=True, cap=cap)
         record(result, ScoreKind.RESCORE, {"rescore_of": entry.score_id, "snapshot": entry.snapshot,
                                            "sha256": entry.sha256, "repeat": repeat})
         entry.raws.append(result.raw if result.valid else None)
