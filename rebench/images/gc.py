@@ -3,6 +3,7 @@
 A container whose harness process is gone (finished, crashed, SIGKILLed) is
 garbage; one whose harness still runs is an attempt in progress and is kept,
 unless `everything` is asked for. Volumes labelled with an attempt go with them, and so do
+the agents' disks (rebench.sandbox.docker.disk), and
 the networks of `--network full` attempts, with their host firewall rules.
 
 A human attempt's container (labelled LABEL_HUMAN) is never removed, not even with
@@ -13,11 +14,13 @@ operator reattaches), and only `rebench human stop ID` ends it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from rebench.images.naming import LABEL_AGENT_BASE, LABEL_KIND
 from rebench.sandbox.docker import LABEL_ATTEMPT, LABEL_HUMAN, LABEL_OWNER, DockerEngine, owner_alive
+from rebench.sandbox.docker.disk import LABEL_DISK, release_folder, sweep_disks
 from rebench.sandbox.docker.network import sweep_networks
 
 
@@ -34,6 +37,7 @@ class GcReport(BaseModel):
     kept_human: list[KeptHuman] = Field(default_factory=list)
     removed_volumes: list[str] = Field(default_factory=list)
     removed_networks: list[str] = Field(default_factory=list)
+    released_disks: list[str] = Field(default_factory=list)
     removed_images: list[str] = Field(default_factory=list)
 
 
@@ -55,11 +59,16 @@ def collect_garbage(engine: DockerEngine, *, everything: bool = False, images: b
             continue
         if engine.remove_container(container_id):
             report.removed_containers.append(name)
+            if labels.get(LABEL_DISK):
+                release_folder(Path(labels[LABEL_DISK]))
     for volume, labels in engine.volumes(LABEL_ATTEMPT):
         if labels.get(LABEL_ATTEMPT) in live_attempts:
             continue
         if engine.remove_volume(volume):
             report.removed_volumes.append(volume)
+    # The agents' disks no container names any more (a dead harness's, its container removed).
+    report.released_disks = sweep_disks({labels[LABEL_DISK] for *_, labels in engine.containers(LABEL_ATTEMPT)
+                                         if labels.get(LABEL_DISK)})
     report.removed_networks = sweep_networks(
         engine.client, keep=lambda labels: not everything and owner_alive(labels.get(LABEL_OWNER, "")))
     if images:

@@ -15,6 +15,7 @@ from rebench.errors import LimitExceeded, SandboxDied, SandboxError
 from rebench.sandbox.base import ExecResult, SandboxPaths, SandboxSpec, User
 from rebench.sandbox.channel import ExecChannel, decode_capture
 from rebench.sandbox.docker.cgroups import AgentCgroup, CgroupError
+from rebench.sandbox.docker.disk import SCORING_TMP
 from rebench.sandbox.docker.files import in_solution
 from rebench.sandbox.docker.network import AttemptNetwork
 from rebench.sandbox.output import OUTPUT_LIMIT_BYTES
@@ -108,7 +109,7 @@ class ContainerCommands:
             "PYTHONUNBUFFERED": "1",
             "REBENCH_HOME": self.paths.home,
             "REBENCH_SOLUTION": self.paths.solution,
-            **({"REBENCH_SUBJECT_USER": SUBJECT_USER} if user == "scorer" else {}),
+            **({"REBENCH_SUBJECT_USER": SUBJECT_USER, "TMPDIR": SCORING_TMP} if user == "scorer" else {}),
             **(env or {}),
         }
         request = {
@@ -183,7 +184,7 @@ class ContainerCommands:
         """What the exec server removes after a score call: everything `subject` (the submitted
         code) owns in the shared temporary folders, its home and the agent's home, and everything
         the scorer owns in the shared temporary folders (its scratch folders, even after a kill)."""
-        shared = ["/tmp", "/var/tmp", "/dev/shm"]
+        shared = ["/tmp", "/var/tmp", "/dev/shm", SCORING_TMP]
         return [{"user": SUBJECT_USER, "dirs": [*shared, f"/home/{SUBJECT_USER}", self.paths.home]},
                 {"user": "scorer", "dirs": shared}]
 

@@ -12,6 +12,7 @@ from docker.types import DeviceRequest, LogConfig
 
 from rebench.errors import SandboxStartError
 from rebench.sandbox.base import SandboxSpec
+from rebench.sandbox.docker.disk import LABEL_DISK, AgentDisk
 from rebench.sandbox.docker.engine import (
     LABEL_ATTEMPT,
     LABEL_CAMPAIGN,
@@ -58,8 +59,9 @@ echo "the gateway forwarder did not start"; tail -5 /run/rebench/gateway-forward
 
 
 
-def container_labels(spec: SandboxSpec) -> dict[str, str]:
+def container_labels(spec: SandboxSpec, disk: AgentDisk | None = None) -> dict[str, str]:
     return {
+        **({LABEL_DISK: str(disk.folder)} if disk is not None else {}),
         LABEL_ATTEMPT: str(spec.attempt_id),
         LABEL_CAMPAIGN: "" if spec.campaign_id is None else str(spec.campaign_id),
         "rebench.environment": spec.environment,
@@ -70,7 +72,7 @@ def container_labels(spec: SandboxSpec) -> dict[str, str]:
 
 
 def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path | None,
-                     network: AttemptNetwork | None, shm_bytes: int) -> Any:
+                     network: AttemptNetwork | None, shm_bytes: int, disk: AgentDisk | None = None) -> Any:
     """Create (not start) the attempt's container; a keep-alive one gets the exec server in its
     gate folder, listening there, so that a later harness can reconnect."""
     client = engine.client
@@ -83,7 +85,7 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
     name = f"rebench-a{spec.attempt_id}-{os.urandom(3).hex()}"
     keep = spec.keep_alive
     command = ["python3", "-I", "-c", LOADER]
-    binds: dict[str, dict[str, str]] = {}
+    binds: dict[str, dict[str, str]] = disk.binds() if disk is not None else {}
     if keep:
         if gate_dir is None:  # DockerSandbox refuses such a spec first; this keeps the type honest
             raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) needs a gate_dir")
@@ -91,7 +93,7 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
         # The server runs from the gate folder and listens there, so a later harness can reconnect.
         (gate / "exec_server.py").write_bytes(SERVER_SOURCE)
         (gate / HARNESS_SOCKET).unlink(missing_ok=True)
-        binds = {str(gate.resolve()): {"bind": GATE_MOUNT, "mode": "rw"}}
+        binds[str(gate.resolve())] = {"bind": GATE_MOUNT, "mode": "rw"}
         # Through sh only for the redirection: whatever stops python early is in the log too.
         command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
                    f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
@@ -129,7 +131,7 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
             stdin_open=not keep,
             detach=keep,  # with stdin_open: StdinOnce, so a dead harness closes the server's stdin
             tty=False,
-            labels=container_labels(spec),
+            labels=container_labels(spec, disk),
             environment=dict(spec.env),
             working_dir="/",
             host_config=host_config,

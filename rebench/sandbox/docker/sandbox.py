@@ -30,6 +30,7 @@ from rebench.sandbox.docker.container import (
     container_labels,
     create_container,
 )
+from rebench.sandbox.docker.disk import LABEL_DISK, SETUP, AgentDisk
 from rebench.sandbox.docker.engine import DockerEngine
 from rebench.sandbox.docker.files import ContainerFiles
 from rebench.sandbox.docker.network import AttemptNetwork
@@ -74,6 +75,8 @@ class DockerSandbox(TaskSocket):
         self.breach: str | None = None
         """Set when the agent broke a limit the engine cannot enforce (disk); its commands then fail."""
         self._disk_watch: asyncio.Task[None] | None = None
+        self._disk: AgentDisk | None = None
+        """The agent's home and /tmp, a file system of `disk_limit_bytes` (rebench/sandbox/docker/disk.py)."""
         if spec.keep_alive and spec.network != NetworkPolicy.NONE:
             raise SandboxStartError(f"a keep-alive sandbox (attempt {spec.attempt_id}) has no network: "
                                     f"--network {spec.network} is for `rebench run` only")
@@ -111,9 +114,10 @@ class DockerSandbox(TaskSocket):
             if self.spec.network == NetworkPolicy.FULL:
                 self._network = await asyncio.to_thread(AttemptNetwork.create, self.engine.client,
                                                         self.spec.attempt_id, container_labels(self.spec))
+            self._disk = await asyncio.to_thread(AgentDisk.create, self.disk_limit_bytes, self.spec.attempt_id)
             self._container = await asyncio.to_thread(
                 create_container, self.engine, self.spec, network=self._network, shm_bytes=self._shm_bytes,
-                gate_dir=self.gate_dir if self.spec.keep_alive else None)
+                gate_dir=self.gate_dir if self.spec.keep_alive else None, disk=self._disk)
             self.container_id = str(self._container.id)
             raw = None
             if not self.spec.keep_alive:
@@ -137,6 +141,9 @@ class DockerSandbox(TaskSocket):
             raise
         try:
             await self._open_channel(raw, bootstrap=not self.spec.keep_alive)
+            made = await self.exec(["sh", "-c", SETUP], user="root", cwd="/", timeout=60)
+            if not made.ok:
+                raise SandboxError(f"the agent's disk was not set up: {(made.stdout + made.stderr).strip()}")
             if self.spec.gateway_socket:
                 await self._start_forwarder(self.spec.gateway_port, GATEWAY_MOUNT, self.spec.gateway_socket)
             if self.spec.agent_gateway_socket:
@@ -266,6 +273,8 @@ class DockerSandbox(TaskSocket):
             )
         sandbox._container = container
         sandbox.container_id = str(container.id)
+        disk = (container.labels or {}).get(LABEL_DISK)
+        sandbox._disk = AgentDisk(Path(disk)) if disk else None
         started = time.perf_counter()
         raw = await sandbox._connect_gate()
         try:
@@ -294,17 +303,22 @@ class DockerSandbox(TaskSocket):
         return int(found[0].get("SizeRw") or 0)
 
     async def _watch_disk(self) -> None:
-        """Poll the container's writable layer; past the limit, kill the agent's processes
-        and refuse its further commands (the attempt ends as a `disk` limit)."""
+        """Poll the container's writable layer and the agent's disk; past the limit, or with the
+        disk full (bytes or inodes), kill the agent's processes and refuse its further commands
+        (the attempt ends as a `disk` limit)."""
         while True:
             await asyncio.sleep(DISK_POLL_S)
             try:
                 written = await asyncio.to_thread(self._written_bytes)
             except Exception:
                 return  # the container is gone; exec reports that
-            if written > self.disk_limit_bytes:
+            full = self._disk.full() if self._disk is not None else None
+            if full is not None:
+                self.breach = f"the agent used up {full}, the {self.disk_limit_bytes / 1024**3:g} GB disk limit"
+            elif written > self.disk_limit_bytes:
                 self.breach = (f"the attempt wrote {written / 1024**3:.2f} GB into its container, "
                                f"over the {self.disk_limit_bytes / 1024**3:g} GB disk limit")
+            if self.breach is not None:
                 with contextlib.suppress(Exception):
                     await self.kill_agent_processes()
                 return
@@ -358,6 +372,9 @@ class DockerSandbox(TaskSocket):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
             self._cgroup = None
+        if self._disk is not None:  # after its container: unmounted lazily, gone with the last user
+            await asyncio.to_thread(self._disk.release)
+            self._disk = None
         self._container = None
 
 
