@@ -74,12 +74,26 @@ def check_prediction(reply: dict, n_layer: int, n_embd: int) -> tuple[int, int, 
         layers.append(value)
     direction = reply.get("direction")
     if (not isinstance(direction, list) or len(direction) != n_embd
-            or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in direction)):
+            or not all(type(x) in (int, float) and _finite(x) for x in direction)):
         raise ValueError(f"direction must be {n_embd} finite numbers")
-    vector = torch.tensor(direction, dtype=torch.float64)
-    if float(vector.norm()) == 0.0:
+    vector = torch.tensor([float(x) for x in direction], dtype=torch.float64)
+    # Scaled to a largest entry of 1 before the norm: squares of entries near 1e-162 fall into
+    # float64's subnormal range and round (to zero below about 1.6e-162), so the norm of the vector as
+    # given can be far below its length, and a "unit" vector divided by it came out longer than 1
+    # (|cos| 1.56 for the reference's direction scaled down: tests/adversarial/test_high_norm_attacks.py).
+    largest = float(vector.abs().max())
+    if largest == 0.0:
         raise ValueError("direction must not be the zero vector")
+    vector = vector / largest
     return layers[0], layers[1], vector / vector.norm()
+
+
+def _finite(x: int | float) -> bool:
+    """Whether x is a finite number a float64 can hold (a JSON integer may have 400 digits)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def score(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +104,7 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
     try:
         reply, confined = predict_in_child(ctx, solution, config)
         explode, decay, direction = check_prediction(reply, int(config["n_layer"]), int(config["n_embd"]))
-    except (ChildFailed, ChildTimeout, ValueError) as exc:
+    except (ChildFailed, ChildTimeout, ValueError, OverflowError) as exc:  # Overflow: a reply's 1e999 as a count
         return {"raw": None, "message": {"error": f"invalid prediction: {exc}"[:600]}, "details": {}}
     message: dict[str, Any] = {"explode_layer": explode, "decay_layer": decay}
     model_path, data_path = protected / "model.pth", protected / "heldout.bin"
@@ -108,7 +122,8 @@ def score(ctx: dict[str, Any]) -> dict[str, Any]:
                 "details": {"ratios": truth.ratios}}
     weights = {"explode_layer": ctx["weight_explode"], "decay_layer": ctx["weight_decay"],
                "direction": ctx["weight_direction"]}
-    cosine = abs(float(direction @ torch.tensor(truth.direction, dtype=torch.float64)))
+    # both unit vectors: at most 1 but for rounding, which must not lift a score above the maximum
+    cosine = min(1.0, abs(float(direction @ torch.tensor(truth.direction, dtype=torch.float64))))
     true_decay = truth.decay_layer if truth.decay_layer is not None else int(config["n_layer"]) + 1
     parts = {"explode_layer": float(explode == truth.explode_layer),
              "decay_layer": float(decay == true_decay), "direction": cosine}
