@@ -88,6 +88,9 @@ SLOW_FIRST = (
     "tests/test_gpu_validation.py",
     "tests/adversarial/test_mlm_rules.py",
     "tests/test_ray_user_paths.py",
+    "tests/adversarial/test_activation_sparsity_attacks.py",
+    "tests/adversarial/test_task_command.py",
+    "tests/adversarial/test_high_norm_attacks.py",
 )
 
 
