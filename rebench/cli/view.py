@@ -3,12 +3,21 @@
 The attempts are exported (rebench.export.inspect_log) to a cache folder of this database,
 then Inspect's own viewer (`inspect view start`) serves that folder until Ctrl-C. The viewer
 has no login, so it binds to loopback unless told otherwise.
+
+Inspect's server checks a requested path by its text only, then follows links and serves every
+file under its folder, and serves any path at all to a holder of INSPECT_VIEW_AUTHORIZATION_TOKEN.
+So the folder is a private one holding only the logs just exported (`_only_exports`); the viewer
+starts there (Inspect loads the first `.env` up from its working folder, and the operator's may be
+an agent's solution) with the token set empty (a `.env` does not override a set variable), and shows
+every log as plain text (`--no-trust-content`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +40,25 @@ def view_folder(database: Path) -> Path:
 
     key = hashlib.sha256(str(database.resolve()).encode()).hexdigest()[:16]
     return cache_dir() / "inspect-view" / key
+
+
+def _private_folder(folder: Path) -> None:
+    """A real folder only we can read (a link in its place is removed, never followed)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+
+
+def _only_exports(folder: Path, written: set[str]) -> None:
+    """Removes everything in the folder but the logs just written: stale logs, links, folders, other files."""
+    for entry in folder.iterdir():
+        if entry.name in written and entry.is_file() and not entry.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _loopback(host: str) -> bool:
@@ -89,18 +117,18 @@ def view_command(
     store = open_store(db, read_only=True)
     try:
         folder = view_folder(store.path)
+        _private_folder(folder)
         summary = export_inspect(store, folder, campaigns=campaign or ())
     finally:
         store.close()
-    written = {Path(log.path).name for log in summary.logs}
-    for stale in folder.glob("*.eval"):
-        if stale.name not in written:
-            stale.unlink()
+    _only_exports(folder, {Path(log.path).name for log in summary.logs})
     command = [sys.executable, "-m", "inspect_ai", "view", "start", "--log-dir", str(folder), "--host", host,
-               "--port", str(port)]
+               "--port", str(port), "--no-trust-content"]
     if not _loopback(host):
         command.append("--unsafe-allow-unauthenticated")
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    # set but empty: no token, and a `.env` (which never overrides a set variable) cannot give one
+    env = {**os.environ, "INSPECT_VIEW_AUTHORIZATION_TOKEN": ""}
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, cwd=folder, env=env)
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop ends the viewer too, not only Ctrl-C
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell started us ignoring it
     try:
