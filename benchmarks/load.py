@@ -131,21 +131,23 @@ class Sampler(threading.Thread):
 _ENGINE: list[Any] = []
 
 
-def containers() -> list[Any]:
+def containers() -> list[str]:
+    """The ids of the benchmark's containers (one list call: no inspect of each, which races their removal)."""
     if not _ENGINE:
         import docker
 
         _ENGINE.append(docker.from_env())
-    return list(_ENGINE[0].containers.list(all=True, filters={"label": f"rebench.environment={ENV}"}))
+    found = _ENGINE[0].api.containers(all=True, filters={"label": f"rebench.environment={ENV}"})
+    return [str(entry["Id"]) for entry in found]
 
 
 def containers_memory_mb() -> float:
     """The summed memory of the benchmark's running containers, from their cgroups (v2 or v1), in MB."""
     total = 0
     for container in containers():
-        for pattern in (f"system.slice/docker-{container.id}.scope/memory.current",
-                        f"docker/{container.id}/memory.current",
-                        f"memory/docker/{container.id}/memory.usage_in_bytes"):  # cgroup v1
+        for pattern in (f"system.slice/docker-{container}.scope/memory.current",
+                        f"docker/{container}/memory.current",
+                        f"memory/docker/{container}/memory.usage_in_bytes"):  # cgroup v1
             path = Path("/sys/fs/cgroup") / pattern
             if path.exists():
                 total += int(path.read_text())
