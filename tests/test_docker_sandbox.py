@@ -160,6 +160,8 @@ def test_nothing_started_by_a_scoring_run_outlives_it(image: str) -> None:
 
 
 def test_a_disk_filler_is_stopped_and_ends_as_a_disk_limit(image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's disk has the limit's size: the filler stops at ENOSPC (or is killed by the watch), and
+    once the watch sees the full disk the agent's next command is refused as a disk limit."""
     import asyncio
 
     from rebench.errors import LimitExceeded
@@ -172,12 +174,16 @@ def test_a_disk_filler_is_stopped_and_ends_as_a_disk_limit(image: str, monkeypat
         filler = asyncio.create_task(sb.exec("dd if=/dev/zero of=fill bs=1M count=100000 status=none", timeout=120))
         done, _ = await asyncio.wait({filler}, timeout=60)
         assert done, "the disk filler was not stopped"
-        with pytest.raises(LimitExceeded) as refused:
-            await sb.exec("true")
-        return filler.result(), refused.value
+        for _ in range(40):
+            try:
+                await sb.exec("true")
+            except LimitExceeded as exc:
+                return filler.result(), exc
+            await asyncio.sleep(0.25)
+        pytest.fail("the agent's commands went on on a full disk")
 
     filled, refused = with_sandbox(image, body)
-    assert filled.exit_code == 137 and not filled.timed_out
+    assert filled.exit_code != 0 and not filled.timed_out
     assert refused.which == "disk"
 
 
