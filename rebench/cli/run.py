@@ -133,7 +133,7 @@ def _planned(campaign: PlannedCampaign) -> None:
         + (f"; env params {', '.join(f'{k}={v}' for k, v in spec.env_params.items())}" if spec.env_params else "")
     ))
     if campaign.concurrency is not None:
-        console.print(f"  at once: {campaign.concurrency.text}", highlight=False, soft_wrap=True)
+        console.print(f"  at once: {campaign.concurrency.text}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _progress(attempt_id: int, message: str) -> None:
