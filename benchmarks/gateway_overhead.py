@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx2
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
 
 
-def start_fake(folder: Path, step: dict[str, object]) -> tuple[subprocess.Popen[str], str]:
+def start_fake(folder: Path, step: Mapping[str, object]) -> tuple[subprocess.Popen[str], str]:
     script = folder / f"script-{time.time_ns()}.json"
     script.write_text(json.dumps([step]))
     process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_model_server.py"), "--port", "0",

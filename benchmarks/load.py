@@ -6,12 +6,13 @@ For each N, one campaign of N attempts (`--parallel N`) of the counter fixture (
 `rebench.api.run_campaign`, with the benchmark's own agent `loadgen` (benchmarks/load_agent.py,
 registered as a plugin): for `--minutes` of working time each attempt loops over a streamed model
 call through its own gateway to a fake Anthropic provider in another process (first token after
-300 ms, 50 chunks 10 ms apart), then `bash`, `write_file` and `read_file` calls into its sandbox,
+300 ms, 50 chunks 10 ms apart), made by a client process of the agent's own as an installed agent's
+client is (benchmarks/load_client.py), then `bash`, `write_file` and `read_file` calls into its sandbox,
 and a score call every minute.
 
 Measured per N: tool-call latency (p50, p99), the gateway's overhead on a model call (the call's time
-less the provider's scripted 0.8 s), the harness's CPU per attempt-minute while every agent works
-(`_all`: from the campaign's start to its end, builds, container starts and scoring included), its
+less the provider's scripted 0.8 s), the harness's CPU (this process's) per attempt-minute while
+every agent works (`_all`: from the campaign's start to its end, builds, container starts and scoring included), its
 peak RSS, the containers' memory per attempt (their cgroups), the
 store's write transactions (p99), and what was issued against what the store holds (events, model
 calls, one gateway row per call), and the containers left after.
@@ -216,9 +217,10 @@ def measure(n: int, folder: Path, provider: str, work_s: float, writes: StoreWri
             "containers_left": len(containers())}
 
 
-def _cpu_s(children: bool = True) -> float:
-    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + (waited.ru_utime + waited.ru_stime if children else 0.0)
+def _cpu_s() -> float:
+    """This process's CPU: the agents' model clients are processes of their own (as in a container)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def machine() -> dict[str, Any]:

@@ -12,15 +12,14 @@ import atexit
 import contextlib
 import errno
 import json
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rebench.agents.base import AgentConfig, EnvironmentInfo, LimitExceeded, ModelUsage
@@ -32,6 +31,7 @@ from rebench.sandbox.snapshot import SnapshotReport
 from rebench.scoring.rescore import ScoreSnapshot, ScoreSnapshots
 from rebench.scoring.result import ScoreResult
 from rebench.scoring.run import CallTokens, run_scoring
+from rebench.store.batching import writer_for
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.models import Attempt, Event, Pause, ScoreEvent, ScoreKind, utcnow
@@ -46,6 +46,16 @@ def _short(text: str, limit: int = EVENT_OUTPUT_LIMIT) -> str:
 
 
 T = TypeVar("T")
+
+
+class UsageTotals(NamedTuple):
+    """An attempt's model usage so far, as its limits read it."""
+
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
 FLUSH_INTERVAL_S = 0.05
 """How often buffered events are committed: a SIGKILL of the harness loses at most the
 events of the last interval plus one commit (well under 100 ms)."""
@@ -65,10 +75,11 @@ class AttemptRecorder:
     """Writes an attempt's events, scores and pauses as they happen.
 
     Events are checked against their schema (rebench.store.events) when recorded, then
-    buffered and committed by a writer thread every FLUSH_INTERVAL_S, in one transaction
-    per batch: a tool call no longer waits for a synchronous SQLite commit. Scores, pauses
-    and usage totals are committed before their call returns, together with every event
-    recorded before them, so the log stays in order. `close()` commits the rest.
+    buffered and committed by the store's one writer thread (rebench.store.batching), with
+    every other attempt's, every FLUSH_INTERVAL_S in one transaction: a tool call no longer
+    waits for a synchronous SQLite commit. Scores, pauses and usage totals are committed
+    before their call returns, together with every event recorded before them, so the log
+    stays in order. `close()` commits the rest.
     """
 
     def __init__(self, store: Store, attempt_id: int, clock: AttemptClock,
@@ -80,12 +91,10 @@ class AttemptRecorder:
         self._seq = self._last_seq()
         """Continues the attempt's numbering: a resumed attempt (a human attempt picked up again by
         `rebench human attach`) appends to its log instead of repeating sequence numbers."""
-        self._pending: list[dict[str, Any]] = []
-        self._buffer_lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._closing = threading.Event()
-        self._writer = threading.Thread(target=self._write_loop, name=f"rebench-events-{attempt_id}", daemon=True)
-        self._writer.start()
+        self._writer = writer_for(store, flush_interval_s)
+        self._closed = False
+        self._totals: UsageTotals | None = None
+        self._writer.open()
         _OPEN_RECORDERS.add(self)
 
     def _last_seq(self) -> int:
@@ -93,39 +102,23 @@ class AttemptRecorder:
             last = session.scalar(select(func.max(Event.seq)).where(Event.attempt_id == self.attempt_id))
         return int(last or 0)
 
-    def event(self, kind: str, duration_s: float = 0.0, **data: Any) -> None:
-        """Record one event; raises EventSchemaError (nothing recorded) when the payload does not fit its kind."""
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def event(self, kind: str, duration_s: float = 0.0, *, _with: Callable[[Session], object] | None = None,
+              **data: Any) -> None:
+        """Record one event; raises EventSchemaError (nothing recorded) when the payload does not fit its kind.
+        `_with`: a write committed in the same transaction as the event."""
         row = {"attempt_id": self.attempt_id, "kind": kind, "working_s": self.clock.working_seconds(),
                "duration_s": duration_s, "created_at": utcnow(), "data": validate_event(kind, data)}
-        with self._buffer_lock:
-            self._seq += 1
-            row["seq"] = self._seq
-            self._pending.append(row)
-        if self._closing.is_set():  # no writer thread any more
+        self._writer.add(row, self._next, _with)
+        if self._closed:  # closed: what comes after is written at once
             self._commit()
 
-    def _write_loop(self) -> None:
-        while not self._closing.wait(self.flush_interval_s):
-            with contextlib.suppress(Exception):  # the rows stay buffered; the next synchronous commit raises
-                self._commit()
-
     def _commit(self, then: Callable[[Session], T] | None = None) -> T | None:
-        """Commit the buffered events, and `then`'s writes, in one transaction."""
-        with self._write_lock:
-            with self._buffer_lock:
-                rows, self._pending = self._pending, []
-            if not rows and then is None:
-                return None
-            try:
-                with self.store.session() as session:
-                    if rows:
-                        session.execute(insert(Event), rows)
-                    result = then(session) if then is not None else None
-            except BaseException:
-                with self._buffer_lock:
-                    self._pending[:0] = rows  # not lost: the next commit tries them again
-                raise
-            return result
+        """Commit the buffered events (every attempt's), and `then`'s writes, in one transaction."""
+        return self._writer.commit(then)
 
     def _add(self, row: ScoreEvent | Pause) -> int:
         """Commit one row (with the buffered events before it) and return its id."""
@@ -144,10 +137,10 @@ class AttemptRecorder:
         self._commit()
 
     def close(self) -> None:
-        """Stop the writer thread and commit what is left (idempotent)."""
-        self._closing.set()
-        if self._writer.is_alive() and self._writer is not threading.current_thread():
-            self._writer.join()
+        """Leave the store's writer and commit what is left (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._writer.close()
         _OPEN_RECORDERS.discard(self)
         self._commit()
 
@@ -173,19 +166,28 @@ class AttemptRecorder:
 
         self._commit(end)
 
-    def usage(self, usage: ModelUsage) -> Attempt:
-        def add(session: Session) -> Attempt:
+    def model_call(self, usage: ModelUsage, **event: Any) -> UsageTotals:
+        """Record a model call's event and add its usage to the attempt's totals, both written with the
+        next batch in one transaction (so the two agree whatever ends the harness); the totals it
+        returns, for the limits, are kept here, where nothing waits on a commit for them."""
+
+        def add(session: Session) -> None:
             attempt = session.get_one(Attempt, self.attempt_id)
             attempt.input_tokens += usage.input_tokens
             attempt.output_tokens += usage.output_tokens
             attempt.cached_tokens += usage.cached_tokens
             attempt.cost_usd += usage.cost_usd
             attempt.model_wait_s += usage.wait_s
-            return attempt
 
-        attempt = self._commit(add)
-        assert attempt is not None
-        return attempt
+        if self._totals is None:
+            with self.store.session() as session:
+                attempt = session.get_one(Attempt, self.attempt_id)
+                self._totals = UsageTotals(attempt.input_tokens, attempt.output_tokens, attempt.cost_usd)
+        self.event("model_call", usage.wait_s, _with=add, **usage.model_dump(), **event)
+        self._totals = UsageTotals(self._totals.input_tokens + usage.input_tokens,
+                                   self._totals.output_tokens + usage.output_tokens,
+                                   self._totals.cost_usd + usage.cost_usd)
+        return self._totals
 
 
 class AttemptContext:
@@ -368,8 +370,7 @@ class AttemptContext:
 
     def record_model_call(self, usage: ModelUsage, **event: Any) -> None:
         self.clock.model_wait_s += usage.wait_s
-        attempt = self.recorder.usage(usage)
-        self.recorder.event("model_call", usage.wait_s, **usage.model_dump(), **event)
+        attempt = self.recorder.model_call(usage, **event)
         tokens = attempt.input_tokens + attempt.output_tokens
         if self.config.token_limit is not None and tokens >= self.config.token_limit:
             self._limit("tokens", f"{tokens} tokens used, limit {self.config.token_limit}")

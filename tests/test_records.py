@@ -178,7 +178,7 @@ def test_close_commits_what_is_buffered_and_the_writer_thread_ends(tmp_path: Pat
     assert committed(store.path, "select count(*) from events") == [(0,)]  # buffered, not yet written
     recorder.close()
     assert committed(store.path, "select kind from events") == [("score_log",)]
-    assert not recorder._writer.is_alive()
+    assert not recorder._writer.running
 
 
 def test_an_exit_without_close_still_commits_buffered_events(tmp_path: Path) -> None:
@@ -201,3 +201,62 @@ def test_an_exit_without_close_still_commits_buffered_events(tmp_path: Path) -> 
     assert result.returncode == 1 and "the harness failed" in result.stderr
     assert committed(db, "select seq, data from events order by seq") == [
         (i + 1, json.dumps({"v": 1, "seconds": float(i)})) for i in range(5)]
+
+
+def test_the_attempts_of_one_store_share_one_writer_and_one_transaction_per_batch(tmp_path: Path) -> None:
+    """Eight attempts recording at once: one writer thread for the store (not eight), and what they
+    buffered between two commits goes in one transaction, every attempt's rows in its own order."""
+    import threading
+
+    from sqlalchemy import event as sa_event
+    from sqlalchemy.orm import Session
+
+    store = Store(tmp_path / "shared.db")
+    before = {t for t in threading.enumerate() if t.name == "rebench-events"}
+    recorders = [AttemptRecorder(store, new_attempt(store), AttemptClock(), flush_interval_s=3600) for _ in range(8)]
+    writers = {t for t in threading.enumerate() if t.name == "rebench-events"} - before
+    assert len(writers) == 1
+    commits: list[int] = []
+
+    def counted(session: Session) -> None:
+        commits.append(1)
+
+    sa_event.listen(Session, "after_commit", counted)
+    try:
+        for i in range(5):
+            for recorder in recorders:
+                recorder.event("sleep", seconds=float(i))
+        assert committed(store.path, "select count(*) from events") == [(0,)]
+        recorders[0].flush()  # one attempt's flush commits every attempt's rows, in one transaction
+        assert len(commits) == 1
+    finally:
+        sa_event.remove(Session, "after_commit", counted)
+    assert committed(store.path, "select count(*) from events") == [(40,)]
+    for recorder in recorders:
+        rows = committed(store.path, f"select seq, data from events where attempt_id = {recorder.attempt_id} "
+                                     "order by id")
+        assert rows == [(i + 1, json.dumps({"v": 1, "seconds": float(i)})) for i in range(5)]
+    for recorder in recorders:
+        recorder.close()
+    assert not recorders[0]._writer.running
+
+
+def test_a_model_calls_event_and_its_usage_totals_are_written_together(tmp_path: Path) -> None:
+    """The call's event and the attempt's totals are one transaction, after the call returns (no commit
+    on the caller's path); the totals the limits read are right before it."""
+    from rebench.agents.base import ModelUsage
+
+    store = Store(tmp_path / "usage.db")
+    attempt_id = new_attempt(store)
+    recorder = AttemptRecorder(store, attempt_id, AttemptClock(), flush_interval_s=3600)
+    totals = None
+    for _ in range(3):
+        totals = recorder.model_call(ModelUsage(model="m", input_tokens=10, output_tokens=5, cost_usd=0.25, wait_s=0.1),
+                                     text="hi", tool_calls=[], turn=1)
+    assert totals is not None and (totals.input_tokens, totals.output_tokens, totals.cost_usd) == (30, 15, 0.75)
+    assert committed(store.path, "select input_tokens, cost_usd from attempts") == [(0, 0.0)]
+    assert committed(store.path, "select count(*) from events") == [(0,)]
+    recorder.flush()
+    assert committed(store.path, "select input_tokens, output_tokens, cost_usd from attempts") == [(30, 15, 0.75)]
+    assert committed(store.path, "select count(*) from events where kind = 'model_call'") == [(3,)]
+    recorder.close()
