@@ -74,6 +74,8 @@ the others that need it wait on its lock."""
 # worker would otherwise wait for when its test needs the same.
 SLOW_FIRST = (
     "tests/test_kernel_campaign.py",
+    "tests/test_ray_artefacts.py",
+    "tests/test_ray_docker_cluster.py",
     "tests/adversarial/test_scorer_reads.py",
     "tests/test_docker_environments.py",
     "tests/adversarial/test_installed_agent.py",

@@ -34,15 +34,30 @@ def _ports() -> list[str]:
             "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port())]
 
 
+def session_pids(sid: int) -> list[int]:
+    """The processes of session `sid`, read from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
+                pids.append(int(stat.parent.name))
+    return pids
+
+
 class Node:
     def __init__(self, proc: subprocess.Popen[str], log: Path) -> None:
         self.proc = proc
         self.log = log
 
     def kill(self) -> None:
-        """SIGKILL to the node's whole session (the `ray start` process, its GCS, raylet and workers)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL to the node's whole session (the `ray start` process, its GCS, raylet and workers):
+        Ray's workers run in process groups of their own, so a signal to the group missed them and
+        they went on (and cleaned up) for seconds after the node was gone."""
+        for _ in range(3):  # a process forked meanwhile is caught on the next pass
+            for pid in session_pids(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         self.proc.wait()
 
     def alive(self) -> bool:
@@ -84,11 +99,12 @@ class RayStartCluster:
         self._wait_for(1)
         return node
 
-    def add_worker(self, cpus: int = 2) -> Node:
+    def add_worker(self, cpus: int = 2, **extra: str) -> Node:
         """A worker node as Ray documents it under token authentication (RAY_AUTH_MODE=token on the node);
-        it gives up on a lost head after NODE_DEATH_TIMEOUT_S."""
+        it gives up on a lost head after NODE_DEATH_TIMEOUT_S. `extra`: the node's own settings
+        (REBENCH_CACHE, say)."""
         env = self.env(RAY_AUTH_MODE="token",
-                       RAY_gcs_rpc_server_reconnect_timeout_s=str(NODE_DEATH_TIMEOUT_S))
+                       RAY_gcs_rpc_server_reconnect_timeout_s=str(NODE_DEATH_TIMEOUT_S), **extra)
         node = self._start(["--address", self.address, "--num-cpus", str(cpus),
                             "--object-store-memory", str(80 * 1024**2)], env, f"worker{len(self.nodes)}")
         self._wait_for(sum(1 for n in self.nodes if n.alive()))

@@ -7,9 +7,14 @@ database of its own (a copy of the attempt's row and of the environment's calibr
 there writes the campaign's database. The task is a streaming generator: every 0.3 s it yields
 what the scratch database gained (events, score events, pauses, gateway requests, the attempt row's columns), and the
 head writes each batch into the store in one transaction, with its own row ids (an event's
-reference to a score event is mapped). So a lost worker loses at most the last 0.3 s, and its
-attempt ends `error` with source `infrastructure`: the campaign retries it once, and the lost
-try is no longer counted (rebench.campaign). The head's Ray driver is a process of its own
+reference to a score event is mapped). The attempt's files (snapshots, an installed agent's model-call
+bodies and session logs) are written on the worker into a folder of its own and come back in the same
+batches (rebench.scheduler.ray_artefacts): the head writes them into its own snapshot folder, under
+the name its own runner would have used, and the paths in the rows name them there.
+
+So a lost worker loses at most the last 0.3 s (and the files not yet sent), and its attempt ends
+`error` with source `infrastructure`: the campaign retries it once, and the lost try is no longer
+counted (rebench.campaign). The head's Ray driver is a process of its own
 (rebench.scheduler.ray_driver): when the cluster itself is lost, the attempts in flight end
 `error` (infrastructure) without a retry, and the campaign stops for `rebench run --resume`.
 
@@ -21,23 +26,27 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import importlib.util
 import os
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from rebench.agents.base import AgentConfig
 from rebench.attempt_outcome import AttemptOutcome
 from rebench.errors import RebenchError
 from rebench.provenance import rebench_version
 from rebench.runner import AttemptRunner, RunHooks
+from rebench.scheduler.ray_artefacts import Inbox, rebase
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, check_reachable, ray_log_path
 from rebench.scheduler.ray_driver import RayDriver
 from rebench.scheduler.ray_worker import row_of
 from rebench.store.db import Store
+from rebench.store.events import validate_event
 from rebench.store.measurements import Calibration
 from rebench.store.models import (
     Attempt,
@@ -45,13 +54,18 @@ from rebench.store.models import (
     Campaign,
     ErrorSource,
     Event,
+    EventKind,
     GatewayRequest,
     Pause,
     ScoreEvent,
 )
 
-FORWARDED_ENV = ("REBENCH_ENVIRONMENTS", "REBENCH_CACHE", "REBENCH_FAKE_GPUS", "REBENCH_LEASE_TIMEOUT_S")
-"""Settings of this harness the workers need too (environments folder, build cache)."""
+FORWARDED_ENV = ("REBENCH_ENVIRONMENTS", "REBENCH_FAKE_GPUS", "REBENCH_LEASE_TIMEOUT_S")
+"""Settings of this harness the workers need too (the environments folder). Not REBENCH_CACHE: each node
+keeps its builds, logs and reap marks in its own (set where its `ray start` runs)."""
+
+BACKPRESSURE = 8
+"""Batches a worker may have yielded that the head has not taken yet (each carries up to 4 MiB of files)."""
 
 _drivers: list[RayDriver] = []
 """This process's driver (one per harness process; closed at exit)."""
@@ -94,15 +108,21 @@ def connect(address: str | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> RayDri
 
 
 class _Mirror:
-    """Writes a worker's batches into the head's store, with the head's row ids."""
+    """Writes a worker's batches into the head's store, with the head's row ids, and its files into the
+    head's snapshot folder (`inbox`), the rows' paths rewritten from the worker's folder to that one."""
 
-    def __init__(self, store: Store, attempt_id: int) -> None:
+    def __init__(self, store: Store, attempt_id: int, inbox: Inbox) -> None:
         self.store = store
         self.attempt_id = attempt_id
+        self.inbox = inbox
         self.scores: dict[int, int] = {}
         self.pauses: dict[int, int] = {}
 
     def apply(self, batch: dict[str, Any]) -> None:
+        self.inbox.apply(batch.get("files", []))
+        root = batch.get("root")
+        if isinstance(root, str) and root.startswith("/"):
+            batch = rebase({k: v for k, v in batch.items() if k != "files"}, root.rstrip("/"), str(self.inbox.root))
         with self.store.session() as session:
             for row in batch.get("score_events", []):
                 score = ScoreEvent(**{k: v for k, v in row.items() if k != "id"})
@@ -129,13 +149,35 @@ class _Mirror:
             for key, value in batch.get("attempt", {}).items():
                 setattr(attempt, key, value)
 
+    def close(self) -> None:
+        """Half-received files are dropped; what was refused becomes a note in the attempt's record."""
+        self.inbox.close()
+        if not self.inbox.refused:
+            return
+        with self.store.session() as session:
+            seq = session.scalar(select(func.max(Event.seq)).where(Event.attempt_id == self.attempt_id)) or 0
+            note = validate_event("note", {
+                "message": f"{len(self.inbox.refused)} file item(s) from the Ray worker were not written",
+                "data": {"refused": self.inbox.refused[:50]}})
+            session.add(Event(attempt_id=self.attempt_id, seq=seq + 1, kind=EventKind.NOTE, data=note))
+
 
 class RayAttemptRunner(AttemptRunner):
     """An AttemptRunner whose `run` happens in a Ray task; the rows come back to this store."""
 
     address: str | None = None
 
-    def _payload(self, attempt_id: int, config: AgentConfig) -> dict[str, Any]:
+    def _reserve(self, attempt_id: int) -> Path:
+        """The attempt's snapshot folder on the head, made now so that no other database's attempt of the
+        same number takes the name while the files are on their way."""
+        while True:
+            base = self._snapshot_base(attempt_id)
+            base.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                base.mkdir()
+                return base
+
+    def _payload(self, attempt_id: int, config: AgentConfig, snapshot_name: str) -> dict[str, Any]:
         with self.store.session() as session:
             attempt = session.get_one(Attempt, attempt_id)
             campaign = session.get(Campaign, attempt.campaign_id) if attempt.campaign_id else None
@@ -147,7 +189,7 @@ class RayAttemptRunner(AttemptRunner):
         return {
             "attempt": row, "campaign": {"id": campaign.id, "spec": campaign.spec}, "calibrations": calibrations,
             "env_root": str(self.env.root), "env": self.env.metadata.model_dump(mode="json"),
-            "backend": self.backend, "snapshots_dir": str(self.snapshots_dir), "network": self.network,
+            "backend": self.backend, "snapshot_name": snapshot_name, "network": self.network,
             "final_rule": self.final_rule, "credit": self.gateway_credit_usd, "agent": config.model_dump(mode="json"),
         }
 
@@ -161,13 +203,14 @@ class RayAttemptRunner(AttemptRunner):
         profile = self.env.profile(profile_name)
         options = {"num_cpus": profile.resources.cpus, "num_gpus": profile.resources.gpus,
                    "memory": int(profile.resources.memory_gb * 1e9), "max_retries": 0,
-                   "name": f"rebench-attempt-{attempt_id}"}
+                   "name": f"rebench-attempt-{attempt_id}", "_generator_backpressure_num_objects": BACKPRESSURE}
         self._update(attempt_id, status=AttemptStatus.RUNNING, started_at=datetime.now(UTC), backend=self.backend,
                      rebench_version=rebench_version(), env_hash=self.env.content_hash(profile_name))
-        mirror = _Mirror(self.store, attempt_id)
+        base = self._reserve(attempt_id)
+        mirror = _Mirror(self.store, attempt_id, Inbox(self.snapshots_dir, (base.name, f"{base.name}-agent")))
         self.progress(attempt_id, "queued on the Ray cluster")
-        replies = driver.submit(attempt_id, self._payload(attempt_id, config), options)
         try:
+            replies = driver.submit(attempt_id, self._payload(attempt_id, config, base.name), options)
             while True:
                 kind, detail = await replies.get()
                 if kind == "batch":
@@ -188,6 +231,9 @@ class RayAttemptRunner(AttemptRunner):
             raise
         finally:
             driver.forget(attempt_id)
+            mirror.close()
+            with contextlib.suppress(OSError):
+                base.rmdir()  # only when nothing came: a local attempt without a snapshot leaves none either
 
     def _profile(self, attempt_id: int) -> str:
         with self.store.session() as session:
