@@ -1,7 +1,9 @@
 """Per-step tax of the docker backend, on one container:
 
 - p50/p95 latency of a no-op tool call through our exec channel (200 calls), as a
-  bare program (`true`) and through bash (`bash -c true`, what `ctx.bash` runs);
+  bare program (`true`) and through bash (`bash -c true`, what `ctx.bash` runs), each beside
+  the same command spawned on the host (`subprocess.run`), in turns with it so that the
+  load of a shared machine weighs on both alike, and their ratio;
 - the same no-op through the `docker exec` command line and a plain SDK exec;
 - container start-to-ready time with a cached image (create, attach, start, health check).
 
@@ -67,17 +69,16 @@ async def main() -> None:
     try:
         for _ in range(10):  # warm up
             await sandbox.exec(["true"])
-        ours_bare, ours_bash, cli, sdk = [], [], [], []
+        ours_bare, ours_bash, host_bare, host_bash, cli, sdk = [], [], [], [], [], []
         for _ in range(args.calls):
-            began = time.perf_counter()
-            result = await sandbox.exec(["true"])
-            ours_bare.append(time.perf_counter() - began)
-            assert result.ok
-        for _ in range(args.calls):
-            began = time.perf_counter()
-            result = await sandbox.exec("true")
-            ours_bash.append(time.perf_counter() - began)
-            assert result.ok
+            for command, ours, host in ((["true"], ours_bare, host_bare), ("true", ours_bash, host_bash)):
+                began = time.perf_counter()
+                result = await sandbox.exec(command)
+                ours.append(time.perf_counter() - began)
+                assert result.ok
+                began = time.perf_counter()
+                subprocess.run(["bash", "-c", command] if isinstance(command, str) else command, check=True)
+                host.append(time.perf_counter() - began)
         docker_cli = shutil.which("docker")
         if docker_cli:
             for _ in range(args.calls):
@@ -96,7 +97,11 @@ async def main() -> None:
 
     print(f"sandbox overhead on image {args.image}")
     line("no-op tool call, our channel (true)", ours_bare)
+    line("  host subprocess spawn (true)", host_bare)
     line("no-op tool call, our channel (bash -c true)", ours_bash)
+    line("  host subprocess spawn (bash -c true)", host_bash)
+    for label, ours, host in (("true", ours_bare, host_bare), ("bash -c true", ours_bash, host_bash)):
+        print(f"{'ratio to host, ' + label:<44} p50 {pct(ours, 0.5) / pct(host, 0.5):7.2f} x")
     if cli:
         line("no-op via `docker exec` command line", cli)
     line("no-op via SDK exec_run (fresh exec)", sdk)

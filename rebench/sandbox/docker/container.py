@@ -84,7 +84,7 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
     memory = int(spec.memory_gb * 1024**3)
     name = f"rebench-a{spec.attempt_id}-{os.urandom(3).hex()}"
     keep = spec.keep_alive
-    command = ["python3", "-I", "-c", LOADER]
+    command = ["python3", "-I", "-S", "-c", LOADER]  # -S: the server needs no site-packages (faster start)
     binds: dict[str, dict[str, str]] = disk.binds() if disk is not None else {}
     if keep:
         if gate_dir is None:  # DockerSandbox refuses such a spec first; this keeps the type honest
@@ -95,7 +95,7 @@ def create_container(engine: DockerEngine, spec: SandboxSpec, *, gate_dir: Path 
         (gate / HARNESS_SOCKET).unlink(missing_ok=True)
         binds[str(gate.resolve())] = {"bind": GATE_MOUNT, "mode": "rw"}
         # Through sh only for the redirection: whatever stops python early is in the log too.
-        command = ["sh", "-c", f"exec python3 -I {GATE_MOUNT}/exec_server.py --listen "
+        command = ["sh", "-c", f"exec python3 -I -S {GATE_MOUNT}/exec_server.py --listen "
                    f"{GATE_MOUNT}/{HARNESS_SOCKET} --attempt {spec.attempt_id} 2>>{GATE_MOUNT}/exec-server.log"]
     if spec.gateway_socket:
         # Read-only: root inside connects to the socket (which works through a read-only bind

@@ -91,6 +91,7 @@ class DockerSandbox(TaskSocket):
         """Answers `task` requests from inside a keep-alive container (set by the harness)."""
         self._task_jobs: set[asyncio.Task[None]] = set()
         self._cgroup: AgentCgroup | None = None
+        self._inspected: asyncio.Task[Any] | None = None
         self._spawner_host_pid: int | None = None
         self._agent_uid = 1000
 
@@ -126,6 +127,9 @@ class DockerSandbox(TaskSocket):
                 )
                 raw = getattr(sock, "_sock", sock)
             await asyncio.to_thread(self._container.start)
+            # The container's host pid (for its cgroup) is asked for while its exec server starts.
+            self._inspected = asyncio.create_task(
+                asyncio.to_thread(self.engine.client.api.inspect_container, self.container_id))
             if raw is None:
                 raw = await self._connect_gate()
         except SandboxDied as exc:
@@ -140,10 +144,7 @@ class DockerSandbox(TaskSocket):
             await self.stop()
             raise
         try:
-            await self._open_channel(raw, bootstrap=not self.spec.keep_alive)
-            made = await self.exec(["sh", "-c", SETUP], user="root", cwd="/", timeout=60)
-            if not made.ok:
-                raise SandboxError(f"the agent's disk was not set up: {(made.stdout + made.stderr).strip()}")
+            await self._open_channel(raw, bootstrap=not self.spec.keep_alive, set_up_disk=True)
             if self.spec.gateway_socket:
                 await self._start_forwarder(self.spec.gateway_port, GATEWAY_MOUNT, self.spec.gateway_socket)
             if self.spec.agent_gateway_socket:
@@ -200,8 +201,14 @@ class DockerSandbox(TaskSocket):
             return False
         return bool(self._container.status == "running")
 
-    async def _open_channel(self, raw: socket.socket, *, bootstrap: bool) -> None:
-        """Open the exec channel, check the server's health and the image's users."""
+    async def _set_up_disk(self) -> None:
+        made = await self.exec(["sh", "-c", SETUP], user="root", cwd="/", timeout=60)
+        if not made.ok:
+            raise SandboxError(f"the agent's disk was not set up: {(made.stdout + made.stderr).strip()}")
+
+    async def _open_channel(self, raw: socket.socket, *, bootstrap: bool, set_up_disk: bool = False) -> None:
+        """Open the exec channel, check the server's health and the image's users; place the agent's
+        cgroup while (on a fresh start) root sets up the agent's disk, which needs no agent process."""
         self._channel = ExecChannel(raw, multiplexed=bootstrap)
         self._channel.on_event = self._on_event
         source = str(len(SERVER_SOURCE)).encode() + b"\n" + SERVER_SOURCE if bootstrap else b""
@@ -220,7 +227,10 @@ class DockerSandbox(TaskSocket):
         self._files = ContainerFiles(self._container, self.paths, ids, self.spec.attempt_id, self._make_folder,
                                      self._run)
         self._agent_uid = int(ids["agent"][0])
-        await self._setup_cgroup(health)
+        steps = [self._setup_cgroup(health), *([self._set_up_disk()] if set_up_disk else [])]
+        for outcome in await asyncio.gather(*steps, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
         self._disk_watch = asyncio.create_task(self._watch_disk())
 
     async def _setup_cgroup(self, health: dict[str, Any]) -> None:
@@ -230,7 +240,9 @@ class DockerSandbox(TaskSocket):
         spawner = health.get("spawner")
         if not isinstance(spawner, int):
             raise SandboxStartError(f"the exec server of attempt {self.spec.attempt_id} has no spawner")
-        info = await asyncio.to_thread(self.engine.client.api.inspect_container, self.container_id)
+        inspected, self._inspected = self._inspected, None
+        info = await (inspected if inspected is not None else
+                      asyncio.to_thread(self.engine.client.api.inspect_container, self.container_id))
         try:
             cgroup = await asyncio.to_thread(AgentCgroup.of_process, int(info["State"]["Pid"]))
             await asyncio.to_thread(cgroup.create, self.spec.max_processes)
@@ -357,8 +369,9 @@ class DockerSandbox(TaskSocket):
         return bool(self._container.status == "running")
 
     async def stop(self) -> None:
-        if self._disk_watch is not None:
-            self._disk_watch.cancel()
+        for task in (self._disk_watch, self._inspected):
+            if task is not None:
+                task.cancel()
         for job in list(self._task_jobs):
             job.cancel()
         if self._channel is not None:
