@@ -12,7 +12,8 @@ and a score call every minute.
 
 Measured per N: tool-call latency (p50, p99), the gateway's overhead on a model call (the call's time
 less the provider's scripted 0.8 s), the harness's CPU (this process's) per attempt-minute while
-every agent works (`_all`: from the campaign's start to its end, builds, container starts and scoring included), its
+every agent works (`_all`: from the campaign's start to its end, builds, container starts and scoring included), the
+machine's (every process: the containers' commands, the engine, the model clients and provider), its
 peak RSS, the containers' memory per attempt (their cgroups), the
 store's write transactions (p99), and what was issued against what the store holds (events, model
 calls, one gateway row per call), and the containers left after.
@@ -115,12 +116,15 @@ class Sampler(threading.Thread):
         self.containers_mb: list[float] = []
         self.cpu: list[tuple[float, float]] = []
         """(time, this process's CPU-s so far), to take the CPU of the window when every agent works."""
+        self.machine: list[tuple[float, float]] = []
+        """(time, the machine's busy CPU-s so far: every core, every process, the containers' too)."""
 
     def run(self) -> None:
         tick = 0
         while not self.stop.wait(1.0):
             # the harness's CPU: the process's, less this thread's own (the sampling is the benchmark's)
             self.cpu.append((time.time(), _cpu_s() - time.thread_time()))
+            self.machine.append((time.time(), _machine_busy_s()))
             for line in Path("/proc/self/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     self.rss_mb = max(self.rss_mb, int(line.split()[1]) / 1024)
@@ -201,20 +205,38 @@ def measure(n: int, folder: Path, provider: str, work_s: float, writes: StoreWri
     minutes = n * work_s / 60
     began = max(c["t"] for c in calls if c["kind"] == "begin")
     ended = min(c["t"] for c in calls if c["kind"] == "end")
-    window = [(t, used) for t, used in sampler.cpu if began <= t <= ended]
-    steady = ((window[-1][1] - window[0][1]) / (n * (window[-1][0] - window[0][0]) / 60)
-              if len(window) >= 2 else None)
+    steady = _rate(sampler.cpu, began, ended, n)
+    machine = _rate(sampler.machine, began, ended, n)
     return {"attempts": n, "done": sum(o.status == "done" for o in result.outcomes),
             "tool_p50_ms": round(statistics.median(tools), 2), "tool_p99_ms": round(percentile(tools, 0.99), 2),
             "gateway_overhead_p50_ms": round(statistics.median(overhead), 2),
             "gateway_overhead_p99_ms": round(percentile(overhead, 0.99), 2),
             "harness_cpu_s_per_attempt_min": round(steady, 3) if steady is not None else None,
-            "harness_cpu_s_per_attempt_min_all": round(cpu / minutes, 3), "harness_rss_mb": round(sampler.rss_mb, 1),
+            "harness_cpu_s_per_attempt_min_all": round(cpu / minutes, 3),
+            "machine_cpu_s_per_attempt_min": round(machine, 3) if machine is not None else None,
+            "harness_rss_mb": round(sampler.rss_mb, 1),
             "memory_mb_per_attempt": round(statistics.median(busy) / n, 1) if busy else None,
             "store_write_p99_ms": round(percentile(writes.ms, 0.99), 2) if writes.ms else None,
             "events_issued": issued, "events_stored": stored,
             "model_calls_issued": len(overhead), "model_calls_stored": rows,
             "containers_left": len(containers())}
+
+
+def _machine_busy_s() -> float:
+    """The machine's CPU time spent on anything but idling (all cores, from /proc/stat; steal included:
+    time a shared host took from this one)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(f) for f in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle, iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _rate(samples: list[tuple[float, float]], began: float, ended: float, n: int) -> float | None:
+    """CPU-s per attempt-minute between began and ended, from cumulative samples."""
+    window = [(t, used) for t, used in samples if began <= t <= ended]
+    if len(window) < 2:
+        return None
+    return (window[-1][1] - window[0][1]) / (n * (window[-1][0] - window[0][0]) / 60)
 
 
 def _cpu_s() -> float:

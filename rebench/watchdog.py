@@ -1,5 +1,8 @@
-"""The hard timer an agent runs under: its working time is checked every tick while it runs, and at
-the budget (or once it submits) its task is cancelled, which kills its running commands.
+"""The hard timer an agent runs under: at the budget (or once it submits) its task is cancelled, which
+kills its running commands. It wakes when the agent's task ends, when it submits, or when its working
+time could reach the budget (working time never runs faster than the wall clock, so a wait of the time
+left never oversleeps; a pause meanwhile only means another wait), not on a fixed tick: a timer per
+attempt, not 20 wake-ups a second each (benchmarks/load.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from rebench.store.models import (
     LimitReason,
 )
 
-WATCHDOG_TICK_S = 0.05
 CANCEL_GRACE_S = 10.0
 
 
@@ -26,14 +28,19 @@ async def watch_agent(task: asyncio.Task[None], ctx: AttemptContext, sandbox: Sa
     agent next acts; at the limit (or a submit) the task is cancelled, which kills its running commands.
     Sets the outcome's status (and limit or error); InfrastructureFailure when the sandbox died under it."""
     reason: str | None = None
-    while not task.done():
-        if ctx.clock.working_seconds() >= ctx.budget_s:
-            reason = "time"
-            break
-        if ctx.submitted.is_set():
-            reason = "submitted"
-            break
-        await asyncio.wait({task}, timeout=WATCHDOG_TICK_S)
+    submitted = asyncio.ensure_future(ctx.submitted.wait())
+    try:
+        while not task.done():
+            left = ctx.budget_s - ctx.clock.working_seconds()
+            if left <= 0:
+                reason = "time"
+                break
+            if ctx.submitted.is_set():
+                reason = "submitted"
+                break
+            await asyncio.wait({task, submitted}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        submitted.cancel()
     ctx.end_agent()  # its `task` door closes first: a score it left running or queued is not recorded
     if not task.done():
         task.cancel()
