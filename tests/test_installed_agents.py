@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -205,13 +206,16 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     declarations = tmp_path / "agents"
     declarations.mkdir()
     (declarations / "sleeper.toml").write_text(SLEEPER)
-    folders = set(Path(tempfile.gettempdir()).glob("rbag-*"))
+    # The harness's own temporary folder (short: the gateway's socket is in it), so that the check below
+    # sees only this campaign's gateway folder, not those of installed-agent tests running beside it.
+    temp = Path(tempfile.mkdtemp(prefix="rbt-", dir="/tmp"))
     with FakeModelServer([], require_key=KEY) as server:
         result = run_cli("run", "--env", "triton_cumsum", "--agent", "sleeper", "--model", "anthropic/test-model",
                          "--base-url", server.url, "--profile", "tiny", "--budget", "20s", "--backend", "docker",
                          "--final-rule", "best", "--no-calibrate",
                          "--db", str(db_path),
-                         env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations)},
+                         env={"ANTHROPIC_API_KEY": KEY, "REBENCH_AGENT_DECLARATIONS": str(declarations),
+                              "TMPDIR": str(temp)},
                          timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     with sqlite3.connect(db_path) as connection:
@@ -221,4 +225,5 @@ def test_an_installed_agent_still_running_at_the_budget_end_is_killed_and_snapsh
     assert working < 20 + 5  # killed at the budget's end, not when its command's own timeout ran out
     assert "# the sleeper was here" in (Path(snapshot) / "solution.py").read_text()
     # the gateway's socket folder is gone once the container is (snapshots recreate it while it runs)
-    assert set(Path(tempfile.gettempdir()).glob("rbag-*")) <= folders
+    assert not list(temp.glob("rbag-*"))
+    shutil.rmtree(temp, ignore_errors=True)
