@@ -260,3 +260,31 @@ def test_a_model_calls_event_and_its_usage_totals_are_written_together(tmp_path:
     assert committed(store.path, "select input_tokens, output_tokens, cost_usd from attempts") == [(30, 15, 0.75)]
     assert committed(store.path, "select count(*) from events where kind = 'model_call'") == [(3,)]
     recorder.close()
+
+
+def test_a_recorder_opened_while_the_last_one_closes_still_gets_a_writer(tmp_path: Path) -> None:
+    """The store's writer thread stops when its last recorder closes; a recorder opened at that same
+    moment (another thread) must still have its events committed in the background, not only at a flush."""
+    import threading
+
+    store = Store(tmp_path / "race.db")
+    attempts = [new_attempt(store) for _ in range(2)]
+    for round_ in range(100):
+        first = AttemptRecorder(store, attempts[0], AttemptClock(), flush_interval_s=0.005)
+        opened: list[AttemptRecorder] = []
+        opener = threading.Thread(target=lambda into=opened: into.append(
+            AttemptRecorder(store, attempts[1], AttemptClock(), flush_interval_s=0.005)))
+        opener.start()
+        first.close()
+        opener.join()
+        second = opened[0]
+        assert second._writer.running, f"round {round_}: no writer thread for the open recorder"
+        second.event("sleep", seconds=float(round_))
+        deadline = time.monotonic() + 5
+        while committed(store.path, f"select count(*) from events where attempt_id = {attempts[1]}") != [
+                (round_ + 1,)] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert committed(store.path, f"select count(*) from events where attempt_id = {attempts[1]}") == [
+            (round_ + 1,)], f"round {round_}: the event was not committed in the background"
+        second.close()
+        assert not second._writer.running

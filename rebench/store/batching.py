@@ -38,13 +38,18 @@ class BatchWriter:
         self._write_lock = threading.Lock()
         self._users = 0
         self._wake = threading.Condition()
+        self._live = False
+        """Whether the thread still serves: set and cleared under `_wake`, so a user that opens while the
+        last one's thread is on its way out starts a new one (the thread's liveness would still say yes)."""
         self.thread: threading.Thread | None = None
 
     def open(self) -> None:
         """A user (an attempt's recorder) begins: the thread runs while there is one."""
         with self._wake:
             self._users += 1
-            if self.thread is None or not self.thread.is_alive():
+            self._wake.notify_all()  # a last user's close waiting for the thread to end: it stays, for this one
+            if not self._live:
+                self._live = True
                 self.thread = threading.Thread(target=self._loop, name="rebench-events", daemon=True)
                 self.thread.start()
 
@@ -52,17 +57,16 @@ class BatchWriter:
         """A user ends: its rows (and any other's) are committed; the last one stops the thread."""
         with self._wake:
             self._users = max(0, self._users - 1)
-            last = self._users == 0
-            thread = self.thread
-            if last:
+            if self._users == 0 and self.thread is not threading.current_thread():
                 self._wake.notify_all()
-        if last and thread is not None and thread is not threading.current_thread():
-            thread.join()
+                # until the thread is out, or a new user keeps it (then it is that user's)
+                self._wake.wait_for(lambda: not self._live or self._users > 0)
         self.commit()
 
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        with self._wake:
+            return self._live
 
     def add(self, row: dict[str, Any], number: Callable[[], int],
             op: Callable[[Session], object] | None = None) -> None:
@@ -79,10 +83,11 @@ class BatchWriter:
     def _loop(self) -> None:
         while True:
             with self._wake:
+                if self._users > 0:
+                    self._wake.wait(self.interval_s)
                 if self._users == 0:
-                    return
-                self._wake.wait(self.interval_s)
-                if self._users == 0:
+                    self._live = False
+                    self._wake.notify_all()
                     return
             with contextlib.suppress(Exception):  # the rows stay buffered; the next synchronous commit raises
                 self.commit()
