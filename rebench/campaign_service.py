@@ -149,9 +149,10 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         orphans = recover_orphans(store)
         if orphans:
             observer.log(f"marked {orphans} attempt(s) of a dead harness process as interrupted")
-        # 4. calibrate timing environments this hardware has not measured
+        # 4. calibrate timing environments this hardware has not measured (on Ray, each node its own:
+        # rebench.scheduler.ray_node_prep)
         for env in envs:
-            needs = env.profile(spec.profile).hardware_dependent
+            needs = env.profile(spec.profile).hardware_dependent and spec.executor != "ray"
             if calibrate and needs and resolve_anchors(store, env, spec.profile).kind == "declared":
                 observer.log(f"{env.name} scores are timings and this machine has no calibration: "
                              "measuring the starting and reference solutions first")
@@ -170,22 +171,23 @@ def run_campaign(spec: CampaignSpec, *, db: Store | Path | str | None = None, ca
         # 6. run every attempt (rebench/campaign.py, then rebench/runner.py for each one)
         runner = CampaignRunner(store, registry, snapshots_dir=store.snapshots_dir,
                                 progress=observer.progress, on_outcome=observer.finished,
-                                attempt_runner=_attempt_runner(spec))
+                                attempt_runner=_attempt_runner(spec, calibrate))
         outcomes = asyncio.run(_run(runner, campaign_id, spec, cancel_on_sigterm))
         return CampaignResult(campaign_id=campaign_id, attempt_ids=attempt_ids, spec=spec, concurrency=concurrency,
                               outcomes=sorted(outcomes, key=lambda o: o.attempt_id), warnings=warnings,
                               db=store.path)
 
 
-def _attempt_runner(spec: CampaignSpec) -> type[AttemptRunner]:
-    """AttemptRunner, or on `--executor ray` the one that runs each attempt as a Ray task."""
+def _attempt_runner(spec: CampaignSpec, calibrate: bool) -> type[AttemptRunner]:
+    """AttemptRunner, or on `--executor ray` the one that runs each attempt as a Ray task (whose node
+    calibrates timing environments first, with `calibrate`)."""
     from rebench.runner import AttemptRunner
 
     if spec.executor != "ray":
         return AttemptRunner
     from rebench.scheduler.ray_executor import ray_runner
 
-    return ray_runner(spec.ray_address)
+    return ray_runner(spec.ray_address, calibrate=calibrate)
 
 
 def resume_campaign(campaign_id: int, *, db: Store | Path | str | None = None, calibrate: bool = True,

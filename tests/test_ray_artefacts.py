@@ -42,6 +42,17 @@ from .ray_support import RAY, Node, RayStartCluster, _ports
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_artefacts")]
 
 FAKE_CPU = "Imaginary CPU 9000 @ 0.5GHz"
+TIMED = """
+[profiles.timed]
+description = "Scores that stand for timings (hardware_dependent), judged by the best score call."
+resources = { gpus = 0, cpus = 1, memory_gb = 1 }
+direction = "higher"
+final_score = "best"
+score_timeout_s = 5
+hardware_dependent = true
+anchors = { start = 0.0, reference = 100.0, source = "declared apart from the solutions' own values (1 and 11)" }
+params = { secret_file = "answer.txt" }
+"""
 
 
 @dataclass
@@ -70,6 +81,7 @@ def add_hidden_worker(cluster: RayStartCluster, hide: Path, tmp: Path, cpuinfo: 
                "--temp-dir", str(cluster.temp), *_ports(), "--address", cluster.address, "--num-cpus", "1",
                "--object-store-memory", str(80 * 1024**2)]
     env = cluster.env(RAY_AUTH_MODE="token", RAY_gcs_rpc_server_reconnect_timeout_s="5", TMPDIR=str(tmp))
+    env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}  # a node has no model keys of its own
     log = cluster.temp / f"hidden{len(cluster.nodes)}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
@@ -89,6 +101,8 @@ def hidden_site(base: Path) -> Iterator[Site]:
     head, envs = base / "head", base / "envs"
     head.mkdir()
     shutil.copytree(FIXTURE_ENVS, envs)
+    with (envs / "counter" / "environment.toml").open("a") as toml:
+        toml.write(TIMED)
     cpuinfo = base / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: {FAKE_CPU}\n\n")
     node_tmp = [base / "node1", base / "node2"]
@@ -120,13 +134,13 @@ def script(path: Path, actions: list[dict[str, Any]]) -> Path:
     return path
 
 
-def campaign(site: Site, db: Path, profile: str, actions: list[dict[str, Any]], *extra: str, k: int = 2
-             ) -> subprocess.CompletedProcess[str]:
+def campaign(site: Site, db: Path, profile: str, actions: list[dict[str, Any]], *extra: str, k: int = 2,
+             calibrate: bool = False) -> subprocess.CompletedProcess[str]:
     plan = script(site.base / f"{db.stem}.yaml", actions)  # the agent's files are not the head's: the workers see them
     return site.rebench("run", "--env", "counter", "--profile", profile, "--agent", "replay", "--agent-arg",
                         f"script={plan}", "--budget", "1m", "-k", str(k), "--parallel", "2", "--backend", "local",
-                        "--no-calibrate", "--db", str(db), "--executor", "ray", "--ray-address", site.cluster.address,
-                        *extra)
+                        "--calibrate" if calibrate else "--no-calibrate", "--db", str(db), "--executor", "ray",
+                        "--ray-address", site.cluster.address, *extra)
 
 
 def where_they_ran(db: Path) -> dict[int, dict[str, Any]]:
@@ -168,6 +182,79 @@ def test_attempts_use_their_own_nodes_hardware_anchors_never_the_heads(site: Sit
     assert anchors[by_hardware[other.key]] == ("declared", pytest.approx(0.6))  # (7 - 1) / (11 - 1)
     assert starts[by_hardware[other.key]]["hardware_description"] == description
     assert {data["anchors_kind"] for data in starts.values()} == {"calibrated", "declared"}
+
+
+def test_a_node_calibrates_a_timing_environment_before_its_first_attempt_and_the_head_keeps_the_row(
+        site: Site) -> None:
+    """A timing profile (`hardware_dependent`) with calibration on: the head measures nothing (its own
+    machine type's row, put there before, serves the worker of that CPU); the worker of another CPU
+    measures its own anchors before its first attempt, once in the campaign run however many of its
+    attempts run, normalizes with them (the declared 0..100 would give 0.07) and the head's database
+    keeps that row, which a later campaign run on that database uses without measuring again."""
+    db = site.head / "timed.db"
+    own = hardware_fingerprint()
+    description = f"{FAKE_CPU} x{os.cpu_count()} ({platform.machine()})"
+    other = hashlib.sha256(description.encode()).hexdigest()[:12]
+    with contextlib.closing(Store(db)) as store, store.session() as session:
+        session.add(Calibration(environment="counter", env_version="1.0.0", profile="timed", hardware=own.key,
+                                hardware_description="the head's", start_raw=2.0, reference_raw=12.0))
+    actions = [{"write_file": {"path": "value.txt", "content": "7"}}, {"score": {}}, {"sleep": 3}]
+    done = campaign(site, db, "timed", actions, k=3, calibrate=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "calibrating counter on Ray node" in done.stdout + done.stderr
+    assert rows(db, "select status from attempts") == [("done",)] * 3
+    calibrations = rows(db, "select hardware, hardware_description, start_raw, reference_raw from calibrations "
+                            "order by id")
+    assert calibrations == [(own.key, "the head's", 2.0, 12.0), (other, description, 1.0, 11.0)], calibrations
+    ran = where_they_ran(db)
+    anchors = dict(((a, (kind, normalized)) for a, kind, normalized in
+                    rows(db, "select id, anchors_kind, final_normalized from attempts")))
+    on_other = [a for a, data in ran.items() if data["hardware"] == other]
+    assert on_other and len(on_other) < 3, ran  # both nodes ran attempts (two at once, one CPU each)
+    for attempt, data in ran.items():
+        if data["hardware"] == other:
+            assert anchors[attempt] == ("calibrated", pytest.approx(0.6)), anchors  # (7 - 1) / (11 - 1)
+        else:
+            assert anchors[attempt] == ("calibrated", pytest.approx(0.5)), anchors  # (7 - 2) / (12 - 2)
+            assert not data["calibrated_on_node"]
+    assert all(ran[a]["calibrated_on_node"] for a in on_other), ran
+
+    again = campaign(site, db, "timed", actions, k=2, calibrate=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(rows(db, "select id from calibrations")) == 2  # nothing measured again
+    later = {a: data for a, data in where_they_ran(db).items() if a > 3}
+    assert later and not any(data["calibrated_on_node"] for data in later.values()), later
+    assert {kind for a, kind in rows(db, "select id, anchors_kind from attempts where id > 3")} == {"calibrated"}
+
+
+def test_a_model_agent_on_a_worker_without_keys_uses_the_heads_key(site: Site, tmp_path: Path) -> None:
+    """The modular agent against the fake provider on 127.0.0.1, the provider key only in the
+    environment of `rebench run` (the worker nodes have none): the key reaches the node with the
+    task, the agent's calls carry it, and the attempt runs as it would locally. The agent's commands
+    still start with a clean environment: its `env` output (in the records) has no key."""
+    from tests.fake_model_server import FakeModelServer
+    from tests.model_fixtures import ANTHROPIC_TEST_KEY, call
+
+    db = site.head / "model.db"
+    with FakeModelServer(require_key=ANTHROPIC_TEST_KEY) as server:
+        server.add({"tool_calls": [call("bash", command="echo 7 > value.txt && env")]}, {"tool_calls": [call("score")]},
+                   {"tool_calls": [call("submit")]})
+        done = subprocess.run(
+            [sys.executable, "-m", "rebench.cli.app", "run", "--env", "counter", "--profile", "tiny",
+             "--agent", "modular", "--model", "anthropic/scripted", "--base-url", server.url, "--budget", "1m",
+             "-k", "1", "--backend", "local", "--db", str(db), "--executor", "ray",
+             "--ray-address", site.cluster.address],
+            env={**site.env(), "ANTHROPIC_API_KEY": ANTHROPIC_TEST_KEY}, cwd=REPO, text=True, capture_output=True,
+            timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert rows(db, "select status, submitted, final_raw from attempts") == [("done", 1, 7.0)], done.stdout
+        assert len(server.requests) == 3
+        given = [r.headers.get("x-api-key") or r.headers.get("authorization", "").removeprefix("Bearer ")
+                 for r in server.requests]
+        assert given == [ANTHROPIC_TEST_KEY] * 3
+    assert len(where_they_ran(db)) == 1
+    assert rows(db, "select count(*) from events where kind = 'model_call'") == [(3,)]
+    assert not rows(db, f"select id from events where data like '%{ANTHROPIC_TEST_KEY}%'")
 
 
 def test_snapshots_reach_the_head_and_rescore_export_and_view_find_them_with_the_workers_folders_gone(

@@ -30,6 +30,7 @@ import contextlib
 import importlib.util
 import os
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from rebench.runner import AttemptRunner, RunHooks
 from rebench.scheduler.ray_artefacts import Inbox, rebase
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, check_reachable, ray_log_path
 from rebench.scheduler.ray_driver import RayDriver
+from rebench.scheduler.ray_node_prep import keys_to_send
 from rebench.scheduler.ray_worker import row_of
 from rebench.store.db import Store
 from rebench.store.events import validate_event
@@ -145,6 +147,12 @@ class _Mirror:
                     session.flush()
                     self.pauses[row["id"]] = pause.id
                 pause.end_s = row["end_s"]
+            for row in batch.get("calibrations", []):  # a node's own, made before its first attempt
+                same = (Calibration.environment == row["environment"], Calibration.env_version == row["env_version"],
+                        Calibration.profile == row["profile"], Calibration.hardware == row["hardware"],
+                        Calibration.start_raw == row["start_raw"], Calibration.reference_raw == row["reference_raw"])
+                if session.scalar(select(Calibration.id).where(*same).limit(1)) is None:
+                    session.add(Calibration(**row))
             attempt = session.get_one(Attempt, self.attempt_id)
             for key, value in batch.get("attempt", {}).items():
                 setattr(attempt, key, value)
@@ -166,6 +174,10 @@ class RayAttemptRunner(AttemptRunner):
     """An AttemptRunner whose `run` happens in a Ray task; the rows come back to this store."""
 
     address: str | None = None
+    calibrate: bool = True
+    """Each node calibrates a timing environment before its first attempt (rebench.scheduler.ray_node_prep)."""
+    run_id: str = ""
+    """This campaign run's name for the nodes' kept calibrations."""
 
     def _reserve(self, attempt_id: int) -> Path:
         """The attempt's snapshot folder on the head, made now so that no other database's attempt of the
@@ -184,6 +196,7 @@ class RayAttemptRunner(AttemptRunner):
             calibrations = [row_of(c) for c in session.scalars(select(Calibration).where(
                 Calibration.environment == self.env.name, Calibration.env_version == self.env.version))]
             row = row_of(attempt)
+        gateway = self.env.profile(row["profile"]).gateway
         if campaign is None:
             raise RebenchError(f"attempt {attempt_id} belongs to no campaign: the Ray executor runs campaigns")
         return {
@@ -191,6 +204,7 @@ class RayAttemptRunner(AttemptRunner):
             "env_root": str(self.env.root), "env": self.env.metadata.model_dump(mode="json"),
             "backend": self.backend, "snapshot_name": snapshot_name, "network": self.network,
             "final_rule": self.final_rule, "credit": self.gateway_credit_usd, "agent": config.model_dump(mode="json"),
+            "keys": keys_to_send(config, gateway), "calibrate": self.calibrate, "run": self.run_id,
         }
 
     async def run(self, attempt_id: int, config: AgentConfig, hooks: RunHooks | None = None) -> AttemptOutcome:
@@ -215,6 +229,8 @@ class RayAttemptRunner(AttemptRunner):
                 kind, detail = await replies.get()
                 if kind == "batch":
                     mirror.apply(detail)
+                    if isinstance(detail.get("progress"), str):
+                        self.progress(attempt_id, detail["progress"])
                     if "outcome" in detail:
                         self.progress(attempt_id, f"ran on Ray node {str(detail.get('node'))[:12]}")
                         return AttemptOutcome.model_validate(detail["outcome"])
@@ -253,10 +269,11 @@ class RayAttemptRunner(AttemptRunner):
                               stop_campaign=stopped)
 
 
-def ray_runner(address: str | None) -> type[RayAttemptRunner]:
-    """The AttemptRunner class for a campaign on the cluster at `address`."""
+def ray_runner(address: str | None, *, calibrate: bool = True) -> type[RayAttemptRunner]:
+    """The AttemptRunner class for a campaign run on the cluster at `address`."""
     _check_installed()
-    return type("BoundRayAttemptRunner", (RayAttemptRunner,), {"address": address})
+    return type("BoundRayAttemptRunner", (RayAttemptRunner,),
+                {"address": address, "calibrate": calibrate, "run_id": uuid.uuid4().hex})
 
 
 def wait_for_nodes(count: int, timeout_s: float = 60.0) -> None:

@@ -6,7 +6,8 @@ the files the attempt wrote into a folder of the worker's own (rebench.scheduler
 
 Calibrated anchors mean something only on the hardware they were measured on: the scratch database
 gets only the calibrations of this node's hardware fingerprint as this node computes it, so an
-attempt here is normalized with those, its window's anchors or the declared ones, never a
+attempt here is normalized with those, its window's anchors, one the node measures first
+(rebench.scheduler.ray_node_prep) or, with `--no-calibrate`, the declared ones, never a
 calibration of the head's (or another node's) hardware. The attempt's last event, a note, names the
 node, its hardware and the anchors used (as the row's `anchors_kind` does).
 """
@@ -32,6 +33,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptRunner
 from rebench.scheduler.node_reap import reap_once_on_node
 from rebench.scheduler.ray_artefacts import Outbox
+from rebench.scheduler.ray_node_prep import NodeCalibration, calibrate_node, use_keys
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.measurements import Calibration
@@ -54,9 +56,13 @@ class _Cursor:
         self.attempt_id = attempt_id
         self.outbox = outbox
         self.last: dict[str, int] = {"events": 0, "score_events": 0, "gateway_requests": 0}
+        self.calibrations: list[dict[str, Any]] = []
+        """The node's calibration made for this attempt, sent once."""
 
     def batch(self, files: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"root": str(self.outbox.root), "files": files}
+        if self.calibrations:
+            out["calibrations"], self.calibrations = self.calibrations, []
         with self.store.session() as session:
             for name, model in (("events", Event), ("score_events", ScoreEvent), ("gateway_requests", GatewayRequest)):
                 rows = [row_of(r) for r in session.scalars(select(model).where(
@@ -92,17 +98,21 @@ def _scratch_store(folder: Path, payload: dict[str, Any], hardware: str) -> Stor
     return store
 
 
-def _where_it_ran(store: Store, attempt_id: int, node: str, hardware: HardwareFingerprint) -> None:
+def _where_it_ran(store: Store, attempt_id: int, node: str, hardware: HardwareFingerprint,
+                  calibrated: NodeCalibration | None) -> None:
     """The attempt's record says which node ran it, on what hardware, and which anchors that gave."""
     with store.session() as session:
         attempt = session.get_one(Attempt, attempt_id)
         seq = session.scalar(select(func.max(Event.seq)).where(Event.attempt_id == attempt_id)) or 0
         anchors = attempt.anchors_kind or "none"
+        measured = "" if calibrated is None else " (this node's, measured for this campaign run)"
+        message = f"ran on Ray node {node} ({hardware.description}); {anchors} anchors{measured}"
         session.add(Event(attempt_id=attempt_id, seq=seq + 1, kind=EventKind.NOTE, working_s=attempt.working_s,
                           data=validate_event("note", {
-                              "message": f"ran on Ray node {node} ({hardware.description}); {anchors} anchors",
+                              "message": message,
                               "data": {"ray_node": node, "hardware": hardware.key,
-                                       "hardware_description": hardware.description, "anchors_kind": anchors}})))
+                                       "hardware_description": hardware.description, "anchors_kind": anchors,
+                                       "calibrated_on_node": calibrated is not None}})))
 
 
 def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -110,11 +120,23 @@ def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     import ray
 
     reap_once_on_node(ray.get_runtime_context().get_node_id(), payload["backend"])  # what a lost worker left
+    use_keys(payload.get("keys", {}))
     folder = Path(tempfile.mkdtemp(prefix="rebench-ray-"))
     hardware = hardware_fingerprint()
     store = _scratch_store(folder, payload, hardware.key)
     env = Environment(root=Path(payload["env_root"]), metadata=EnvironmentMetadata.model_validate(payload["env"]))
     attempt_id = payload["attempt"]["id"]
+    calibrated = None
+    if payload.get("calibrate"):
+        profile = payload["attempt"]["profile"]
+        if env.profile(profile).hardware_dependent:
+            yield {"progress": f"calibrating {env.name} on Ray node {ray.get_runtime_context().get_node_id()[:12]}"}
+        try:
+            calibrated = calibrate_node(store, env, profile, payload["backend"], payload["run"], hardware.key)
+        except Exception as exc:  # the node cannot score the environment's own solutions
+            store.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RebenchError(f"calibrating {env.name} on this node failed: {exc}") from exc
     snapshots = folder / "snapshots"  # this node's disk: the head gets the files in the batches
     snapshots.mkdir()
     runner = _WorkerRunner(store, env, backend=payload["backend"], snapshots_dir=snapshots,
@@ -134,11 +156,13 @@ def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     thread.start()
     outbox = Outbox(snapshots)
     cursor = _Cursor(store, attempt_id, outbox)
+    if calibrated is not None:
+        cursor.calibrations.append(calibrated.model_dump())
     try:
         while thread.is_alive():
             thread.join(0 if outbox.pending() else BATCH_S)
             yield cursor.batch(outbox.take())
-        _where_it_ran(store, attempt_id, node, hardware)
+        _where_it_ran(store, attempt_id, node, hardware, calibrated)
         outbox.scan(final=True)
         while outbox.pending():  # the last of the files, before the outcome ends the attempt on the head
             yield cursor.batch(outbox.take())
