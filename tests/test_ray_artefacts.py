@@ -230,12 +230,15 @@ def test_a_node_calibrates_a_timing_environment_before_its_first_attempt_and_the
 def test_a_model_agent_on_a_worker_without_keys_uses_the_heads_key(site: Site, tmp_path: Path) -> None:
     """The modular agent against the fake provider on 127.0.0.1, the provider key only in the
     environment of `rebench run` (the worker nodes have none): the key reaches the node with the
-    task, the agent's calls carry it, and the attempt runs as it would locally. The agent's commands
+    task, the agent's calls carry it, and the attempt runs as it would locally, its calls priced by the
+    head's price table (a file the workers cannot see). The agent's commands
     still start with a clean environment: its `env` output (in the records) has no key."""
     from tests.fake_model_server import FakeModelServer
-    from tests.model_fixtures import ANTHROPIC_TEST_KEY, call
+    from tests.model_fixtures import ANTHROPIC_TEST_KEY, TEST_PRICES, call
 
     db = site.head / "model.db"
+    prices = site.head / "prices.toml"  # the head's disk: the workers see an empty folder there
+    prices.write_text(TEST_PRICES)
     with FakeModelServer(require_key=ANTHROPIC_TEST_KEY) as server:
         server.add({"tool_calls": [call("bash", command="echo 7 > value.txt && env")]}, {"tool_calls": [call("score")]},
                    {"tool_calls": [call("submit")]})
@@ -244,8 +247,8 @@ def test_a_model_agent_on_a_worker_without_keys_uses_the_heads_key(site: Site, t
              "--agent", "modular", "--model", "anthropic/scripted", "--base-url", server.url, "--budget", "1m",
              "-k", "1", "--backend", "local", "--db", str(db), "--executor", "ray",
              "--ray-address", site.cluster.address],
-            env={**site.env(), "ANTHROPIC_API_KEY": ANTHROPIC_TEST_KEY}, cwd=REPO, text=True, capture_output=True,
-            timeout=300)
+            env={**site.env(), "ANTHROPIC_API_KEY": ANTHROPIC_TEST_KEY, "REBENCH_PRICES": str(prices)}, cwd=REPO,
+            text=True, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         assert rows(db, "select status, submitted, final_raw from attempts") == [("done", 1, 7.0)], done.stdout
         assert len(server.requests) == 3
@@ -254,6 +257,8 @@ def test_a_model_agent_on_a_worker_without_keys_uses_the_heads_key(site: Site, t
         assert given == [ANTHROPIC_TEST_KEY] * 3
     assert len(where_they_ran(db)) == 1
     assert rows(db, "select count(*) from events where kind = 'model_call'") == [(3,)]
+    (tokens_in, tokens_out, cost), = rows(db, "select input_tokens, output_tokens, cost_usd from attempts")
+    assert tokens_in > 0 and cost == pytest.approx((tokens_in * 1000 + tokens_out * 2000) / 1e6)  # the head's table
     assert not rows(db, f"select id from events where data like '%{ANTHROPIC_TEST_KEY}%'")
 
 

@@ -45,7 +45,7 @@ from rebench.runner import AttemptRunner, RunHooks
 from rebench.scheduler.ray_artefacts import Inbox, rebase
 from rebench.scheduler.ray_connect import DEFAULT_TIMEOUT_S, check_reachable, ray_log_path
 from rebench.scheduler.ray_driver import RayDriver
-from rebench.scheduler.ray_node_prep import keys_to_send
+from rebench.scheduler.ray_node_prep import keys_to_send, price_tables
 from rebench.scheduler.ray_worker import row_of
 from rebench.store.db import Store
 from rebench.store.events import validate_event
@@ -204,7 +204,8 @@ class RayAttemptRunner(AttemptRunner):
             "env_root": str(self.env.root), "env": self.env.metadata.model_dump(mode="json"),
             "backend": self.backend, "snapshot_name": snapshot_name, "network": self.network,
             "final_rule": self.final_rule, "credit": self.gateway_credit_usd, "agent": config.model_dump(mode="json"),
-            "keys": keys_to_send(config, gateway), "calibrate": self.calibrate, "run": self.run_id,
+            "keys": keys_to_send(config, gateway), "prices": price_tables(config).model_dump(),
+            "calibrate": self.calibrate, "run": self.run_id,
         }
 
     async def run(self, attempt_id: int, config: AgentConfig, hooks: RunHooks | None = None) -> AttemptOutcome:

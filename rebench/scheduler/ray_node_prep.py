@@ -9,6 +9,11 @@ the worker sets them in its process's environment. That process is harness code 
 start with a clean environment on every backend, so no agent sees them. A variable the head lacks is
 not sent, and the node's own value, if any, is used.
 
+Price tables. Costs are counted, and cost limits enforced, on the worker, so it prices calls by the
+tables `rebench run` was given (`REBENCH_PRICES`, `--agent-arg prices=PATH`), which are files on the
+head's disk: their text goes with the task and the worker reads it from a copy in its cache, named
+by its digest. Where the head has no `REBENCH_PRICES`, the node's own setting holds.
+
 Calibration. A calibration means something only on the hardware it was measured on, and the head's
 hardware need not be any worker's, so on Ray the head measures nothing: each node calibrates a timing
 environment (a `hardware_dependent` profile) before its first attempt of it in the campaign run,
@@ -36,7 +41,9 @@ from pydantic import BaseModel, ValidationError
 from rebench.agents.base import AgentConfig
 from rebench.environments.metadata import Gateway
 from rebench.environments.registry import Environment
-from rebench.models.names import KEY_VARIABLES, parse_model
+from rebench.errors import RebenchError
+from rebench.models.names import KEY_VARIABLES
+from rebench.models.prices import PRICES_ENV_VAR
 from rebench.paths import cache_dir
 from rebench.store.db import Store
 from rebench.store.measurements import Calibration
@@ -60,7 +67,7 @@ def key_variables(config: AgentConfig, gateway: Gateway | None) -> set[str]:
     if gateway is not None:
         provider = gateway.upstream.partition("/")[0]
         if provider in KEY_VARIABLES:
-            variables.add(parse_model(gateway.upstream, base_url=gateway.base_url).key_variable)
+            variables.add(KEY_VARIABLES[provider])
     return {v for v in variables if _VARIABLE.fullmatch(v)}
 
 
@@ -74,6 +81,59 @@ def use_keys(keys: dict[str, str]) -> None:
     for variable, value in keys.items():
         if _VARIABLE.fullmatch(variable) and isinstance(value, str):
             os.environ[variable] = value
+
+
+PRICES_ARG = "prices"
+_NODE_PRICES = os.environ.get(PRICES_ENV_VAR)
+"""The node's own price table setting (this module is imported before any task changes it)."""
+
+
+class PriceTables(BaseModel):
+    """The text of the price tables an attempt is priced by, read on the head."""
+
+    env: str | None = None
+    """The table $REBENCH_PRICES names."""
+    arg: str | None = None
+    """The table of the agent's `prices` argument."""
+
+
+def _table_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise RebenchError(f"price table {path!r} cannot be read: {exc.strerror or exc}") from None
+
+
+def price_tables(config: AgentConfig) -> PriceTables:
+    """On the head: the tables `rebench run` was given, by text."""
+    named = os.environ.get(PRICES_ENV_VAR)
+    argument = config.args.get(PRICES_ARG)
+    return PriceTables(env=_table_text(named) if named else None, arg=_table_text(argument) if argument else None)
+
+
+def _copy(text: str) -> str:
+    folder = cache_dir() / "ray-prices"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.toml"
+    if not path.is_file():
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(text)
+        os.replace(partial, path)
+    return str(path)
+
+
+def use_price_tables(tables: PriceTables, config: AgentConfig) -> AgentConfig:
+    """On the worker: $REBENCH_PRICES names a copy of the head's table (else the node's own setting),
+    and the agent's `prices` argument a copy of the head's; the config to run the attempt with."""
+    if tables.env is not None:
+        os.environ[PRICES_ENV_VAR] = _copy(tables.env)
+    elif _NODE_PRICES is not None:
+        os.environ[PRICES_ENV_VAR] = _NODE_PRICES
+    else:
+        os.environ.pop(PRICES_ENV_VAR, None)
+    if tables.arg is None:
+        return config
+    return config.model_copy(update={"args": {**config.args, PRICES_ARG: _copy(tables.arg)}})
 
 
 class NodeCalibration(BaseModel):

@@ -33,7 +33,7 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptRunner
 from rebench.scheduler.node_reap import reap_once_on_node
 from rebench.scheduler.ray_artefacts import Outbox
-from rebench.scheduler.ray_node_prep import NodeCalibration, calibrate_node, use_keys
+from rebench.scheduler.ray_node_prep import NodeCalibration, PriceTables, calibrate_node, use_keys, use_price_tables
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.measurements import Calibration
@@ -121,6 +121,8 @@ def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
     reap_once_on_node(ray.get_runtime_context().get_node_id(), payload["backend"])  # what a lost worker left
     use_keys(payload.get("keys", {}))
+    config = use_price_tables(PriceTables.model_validate(payload.get("prices", {})),
+                              AgentConfig.model_validate(payload["agent"]))
     folder = Path(tempfile.mkdtemp(prefix="rebench-ray-"))
     hardware = hardware_fingerprint()
     store = _scratch_store(folder, payload, hardware.key)
@@ -148,7 +150,7 @@ def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
     def attempt() -> None:
         try:
-            result.append(asyncio.run(runner.run(attempt_id, AgentConfig.model_validate(payload["agent"]))))
+            result.append(asyncio.run(runner.run(attempt_id, config)))
         except BaseException as exc:  # reported to the head as the attempt's failure
             result.append(exc)
 
