@@ -1,4 +1,5 @@
-"""Time and memory of `rebench export inspect` for 1, 10 and 50 campaigns' worth of generated events.
+"""Time and memory of `rebench export inspect` and `rebench export atif` for 1, 10 and 50 campaigns'
+worth of generated events.
 
 Each generated campaign is one environment and one modular-like agent with two attempts of
 `--turns` turns each: a model call whose request is stored as the agent stores it
@@ -7,7 +8,9 @@ command, its tool result, a score every 10 turns and two pauses. Rows go into a 
 file through the event schema (validate_event). Each export runs in a fresh process, so its
 peak RSS is its own; beside it, the baseline: the same process only reading every row of
 those attempts (what any export must at least do). Export time should grow linearly with the
-number of campaigns, and peak memory should stay flat (logs are built one at a time).
+number of campaigns, and peak memory should stay flat (Inspect logs are built one at a time; ATIF
+trajectories stream to their file step by step). Each size prints an `inspect` and an `atif` line for
+the same database.
 
     python -m benchmarks.export_speed [--sizes 1,10,50] [--turns 40]
 """
@@ -108,14 +111,19 @@ def child(db: Path, out: Path, mode: str) -> None:
     from sqlalchemy import select
 
     store = Store(db)
-    if mode == "export":  # imported before the clock starts: a fixed cost, not the export's
+    if mode == "inspect":  # imported before the clock starts: a fixed cost, not the export's
         import inspect_ai.log  # noqa: F401
 
         import rebench.export.inspect_events  # noqa: F401
         from rebench.export.inspect_log import export_inspect
+    elif mode == "atif":
+        from rebench.export.atif import export_atif
+        from rebench.export.gateway_calls import GatewayCalls  # noqa: F401  (Inspect, for gateway calls)
     began = time.perf_counter()
-    if mode == "export":
+    if mode == "inspect":
         export_inspect(store, out)
+    elif mode == "atif":
+        export_atif(store, out)
     else:
         with store.session() as session:
             for attempt_id in session.scalars(select(Attempt.id)):
@@ -142,19 +150,21 @@ def main() -> None:
     if args.child:
         child(Path(args.child[1]), Path(args.child[2]), args.child[0])
         return
-    print(f"{'campaigns':>9} {'events':>7} {'export s':>9} {'ms/1k ev':>9} {'peak MB':>8} {'kB on disk':>10} | "
-          f"{'read-only s':>11} {'peak MB':>8}")
+    print(f"{'format':>7} {'campaigns':>9} {'events':>7} {'export s':>9} {'ms/1k ev':>9} {'peak MB':>8} "
+          f"{'kB on disk':>10} | {'read-only s':>11} {'peak MB':>8}")
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="rebench-export-speed-") as scratch:
-            db, out = Path(scratch) / "r.db", Path(scratch) / "logs"
+            db = Path(scratch) / "r.db"
             events = generate(db, size, args.turns)
-            exported = measure(db, out, "export")
-            baseline = measure(db, out, "read")
-            written = sum(p.stat().st_size for p in out.glob("*.eval")) / 1024
-            per_thousand_ms = 1e6 * exported["seconds"] / events
-            print(f"{size:>9} {events:>7} {exported['seconds']:>9.2f} {per_thousand_ms:>9.0f} "
-                  f"{exported['peak_mb']:>8.0f} {written:>10.0f} | {baseline['seconds']:>11.2f} "
-                  f"{baseline['peak_mb']:>8.0f}", flush=True)
+            baseline = measure(db, Path(scratch) / "none", "read")
+            for mode, pattern in (("inspect", "*.eval"), ("atif", "*/trajectory.json")):
+                out = Path(scratch) / mode
+                exported = measure(db, out, mode)
+                written = sum(p.stat().st_size for p in out.glob(pattern)) / 1024
+                per_thousand_ms = 1e6 * exported["seconds"] / events
+                print(f"{mode:>7} {size:>9} {events:>7} {exported['seconds']:>9.2f} {per_thousand_ms:>9.0f} "
+                      f"{exported['peak_mb']:>8.0f} {written:>10.0f} | {baseline['seconds']:>11.2f} "
+                      f"{baseline['peak_mb']:>8.0f}", flush=True)
 
 
 if __name__ == "__main__":

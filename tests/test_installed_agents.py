@@ -24,8 +24,11 @@ from typing import Any
 
 import pytest
 
+from tests.atif_campaigns import calls as atif_calls
+from tests.atif_campaigns import export as export_atif
 from tests.conftest import run_cli
 from tests.fake_model_server import FakeModelServer
+from tests.harbor_validator import harbor_python, validate
 from tests.test_inspect_gateway_calls import export
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -130,6 +133,16 @@ def _check_export(db: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> No
     opening = str(sample.input)[:200]
     assert any(message.role == "user" and opening in message.text for message in first.input), first.input
     assert any(event.output.message.tool_calls for event in events)
+    # ATIF: Harbor's validator accepts the trajectory; each model call is an agent step, and the CLI's
+    # tool calls have their results (read from the next request's body file)
+    (trajectory,) = export_atif(db, out.with_name(out.name + "-atif"), capsys).values()
+    accepted, said = validate(harbor_python(), Path(trajectory["path"]))
+    assert accepted, said
+    agent = [s for s in trajectory["file"]["steps"] if s["source"] == "agent" and s.get("llm_call_count") == 1]
+    assert len(agent) == calls
+    answered = [results for _, _, results in atif_calls(trajectory)]
+    assert answered and sum(1 for r in answered if r) >= len(answered) - 1, answered
+    assert any(opening in s["message"] for s in trajectory["file"]["steps"] if s["source"] == "user")
 
 
 def test_claude_code_runs_an_attempt_through_the_gateway(tmp_path: Path, db_path: Path,

@@ -1,4 +1,4 @@
-"""`rebench export inspect`: attempts as Inspect AI eval logs."""
+"""`rebench export inspect` and `rebench export atif`: attempts as Inspect AI eval logs, or as ATIF trajectories."""
 
 from __future__ import annotations
 
@@ -39,3 +39,29 @@ def inspect_command(
                       highlight=False, markup=False, soft_wrap=True)
     console.print(f"{len(summary.logs)} log(s) in {summary.out}; view them with `rebench view` or "
                   f"`inspect view --log-dir {summary.out}`", highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command("atif")
+def atif_command(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the trajectories: one folder per attempt, each with its trajectory.json (made if missing).")],
+    campaign: Annotated[list[int] | None, typer.Option("--campaign", help="Only this campaign (repeatable).")] = None,
+    attempt: Annotated[list[int] | None, typer.Option("--attempt", help="Only this attempt (repeatable).")] = None,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """One ATIF trajectory (Harbor's Agent Trajectory Interchange Format) per attempt (docs/exports.md)."""
+    from rebench.export.atif import export_atif
+
+    store = open_store(db, read_only=True)
+    try:
+        summary = export_atif(store, out, campaigns=campaign or (), attempts=attempt or ())
+    finally:
+        store.close()
+    if json_output:
+        print_json(summary.model_dump())
+        return
+    for written in summary.trajectories:
+        console.print(f"{written.path}: attempt {written.attempt}, {written.steps} step(s)", highlight=False,
+                      markup=False, soft_wrap=True)
+    console.print(f"{len(summary.trajectories)} trajectory file(s) in {summary.out}", highlight=False, markup=False,
+                  soft_wrap=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rebench.errors import RebenchError
 
@@ -20,6 +21,16 @@ def require_inspect(what: str) -> None:
         import inspect_ai.log  # noqa: F401
     except ImportError:
         raise RebenchError(f"{what} needs Inspect AI (the `inspect` extra): {INSPECT_EXTRA_HINT}") from None
+
+
+def make_out_folder(out: Path) -> None:
+    """The export's `--out` folder, made if missing; a one-line error when it is a file or cannot be made."""
+    if out.exists() and not out.is_dir():
+        raise RebenchError(f"--out {str(out)!r} is a file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RebenchError(f"cannot create the folder {str(out)!r}: {exc}") from None
 
 
 def aware(moment: datetime | None) -> datetime:

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from rebench.errors import RebenchError
-from rebench.export import Anchors, aware, require_inspect
+from rebench.export import Anchors, aware, make_out_folder, require_inspect
 from rebench.provenance import rebench_version
 from rebench.report.data import Normalizer, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
@@ -88,12 +88,7 @@ def export_inspect(store: Store, out: Path, *, campaigns: Sequence[int] = (), at
     """Write the logs; nothing is written when an id is unknown or the folder cannot be made."""
     require_inspect("rebench export inspect")
     groups = select_attempts(store, campaigns, attempts)
-    if out.exists() and not out.is_dir():
-        raise RebenchError(f"--out {str(out)!r} is a file; give a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RebenchError(f"cannot create the folder {str(out)!r}: {exc}") from None
+    make_out_folder(out)
     normalizer = Normalizer(store, info or default_info())
     logs = [write_log(store, out, key, ids, normalizer) for key, ids in groups.items()]
     return ExportSummary(out=str(out), logs=logs)
