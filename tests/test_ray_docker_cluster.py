@@ -332,3 +332,56 @@ def test_gc_and_a_new_nodes_first_attempt_reap_dead_owners_containers_and_keep_l
     assert rows(long_db, "select status, error_source from attempts") == [("interrupted", "user")], err[-2000:]
     assert _containers(COUNTER) == []
 
+
+
+def test_an_installed_agents_bodies_and_session_logs_reach_the_head_and_its_export(two_workers: Site,
+                                                                                   tmp_path: Path) -> None:
+    """The real `claude` CLI, installed from npm into the agent's image on the worker node, against the fake
+    provider on 127.0.0.1, with the provider key only in the environment of `rebench run`: its model-call
+    bodies and its session logs, written on the worker, are in the head's snapshot folder when the
+    campaign ends (the worker's folder is gone), the rows name them there, and `rebench export inspect`
+    on the head rebuilds every call from them."""
+    from inspect_ai.log import read_eval_log
+
+    from tests.fake_model_server import FakeModelServer
+    from tests.test_installed_agents import KEY, _side_call
+
+    def bash(command: str) -> dict[str, object]:
+        return {"tool_calls": [{"name": "Bash", "arguments": {"command": command, "description": "step"}}],
+                "usage": {"input_tokens": 900, "output_tokens": 30}}
+
+    site, db = two_workers, tmp_path / "claude.db"
+    steps = [bash("echo 7 > answer.txt"), bash("task score"), {"text": "Done.", "usage": {"input_tokens": 950,
+                                                                                        "output_tokens": 5}}]
+    with FakeModelServer(steps, require_key=KEY, aside=_side_call) as server:
+        done = subprocess.run(site.run(GATEWAY, db, "--agent", "claude-code", "--model", "anthropic/claude-test-model",
+                                       "--base-url", server.url, "--budget", "10m", "-k", "1"),
+                              env=site.env(ANTHROPIC_API_KEY=KEY), cwd=REPO, text=True, capture_output=True,
+                              timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(_nodes_ran(done.stdout)) == 1, done.stdout[-2000:]
+    (status, snapshot), = rows(db, "select status, snapshot_path from attempts")
+    assert status == "done" and rows(db, "select count(*) from score_events where kind = 'intermediate'") == [(1,)]
+    head = Path(str(snapshot)).parent
+    assert head.name == "claude.db-snapshots" and (head / "attempt-1" / "answer.txt").read_text().strip() == "7"
+    calls = [json.loads(str(data)) for (data,) in rows(db, "select data from events where kind = 'model_call'")]
+    assert len(calls) >= 3 and all(c["input_tokens"] > 0 for c in calls), calls
+    for call in calls:
+        body = Path(call["extra"]["body_file"])
+        assert body.is_relative_to(head / "attempt-1-agent" / "model-calls") and body.is_file(), call["extra"]
+    notes = [json.loads(str(data)).get("data", {}) for (data,) in rows(db, "select data from events where kind = 'note'")]
+    (sessions,) = [n["agent_session_files"] for n in notes if "agent_session_files" in n]
+    assert sessions and all(Path(p).is_relative_to(head / "attempt-1-agent") and Path(p).exists() for p in sessions)
+    assert not rows(db, "select id from events where data like '%rebench-ray-%'")  # no worker path is left
+
+    out = tmp_path / "logs"
+    exported = subprocess.run([sys.executable, "-m", "rebench.cli.app", "export", "inspect", "--db", str(db),
+                               "--out", str(out), "--json"], env=site.env(), cwd=REPO, text=True,
+                              capture_output=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    (log,) = json.loads(exported.stdout)["logs"]
+    (sample,) = read_eval_log(log["path"], resolve_attachments=True).samples or []
+    models = [event for event in sample.events if event.event == "model"]
+    assert len(models) == len(calls)
+    assert all((event.metadata or {}).get("request") == "rebuilt from the gateway's body file" for event in models)
+    assert _containers(GATEWAY) == []

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -294,11 +295,10 @@ class Inbox:
 
 
 def rebase(value: Any, old: str, new: str) -> Any:
-    """`value` with every string that names `old` or a path beneath it naming the same beneath `new`."""
+    """`value` with every mention of `old` or of a path beneath it, as a whole string or inside one (a
+    note's message), naming the same beneath `new`."""
     if isinstance(value, str):
-        if value == old or value.startswith(old + "/"):
-            return new + value[len(old):]
-        return value
+        return re.sub(re.escape(old) + r"(?![\w.-])", lambda _: new, value) if old in value else value
     if isinstance(value, dict):
         return {key: rebase(item, old, new) for key, item in value.items()}
     if isinstance(value, list):
