@@ -20,7 +20,7 @@ from rebench.environments.registry import Environment
 from rebench.errors import RebenchError
 from rebench.gpus import gpu_ids  # nvidia-smi -L; a fake one in tests
 
-Purpose = Literal["build", "run", "calibrate"]
+Purpose = Literal["build", "run", "calibrate", "doctor"]  # doctor: as calibrate, asked by `rebench doctor`
 
 
 def _check_gpus(env: Environment, profile: str, purpose: Purpose, gpus: Sequence[int] | None) -> None:

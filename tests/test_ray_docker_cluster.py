@@ -369,7 +369,8 @@ def test_an_installed_agents_bodies_and_session_logs_reach_the_head_and_its_expo
     for call in calls:
         body = Path(call["extra"]["body_file"])
         assert body.is_relative_to(head / "attempt-1-agent" / "model-calls") and body.is_file(), call["extra"]
-    notes = [json.loads(str(data)).get("data", {}) for (data,) in rows(db, "select data from events where kind = 'note'")]
+    notes = [json.loads(str(data)).get("data", {})
+             for (data,) in rows(db, "select data from events where kind = 'note'")]
     (sessions,) = [n["agent_session_files"] for n in notes if "agent_session_files" in n]
     assert sessions and all(Path(p).is_relative_to(head / "attempt-1-agent") and Path(p).exists() for p in sessions)
     assert not rows(db, "select id from events where data like '%rebench-ray-%'")  # no worker path is left

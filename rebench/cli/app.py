@@ -55,6 +55,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "db": Subcommand("rebench.cli.db", "app", "Results databases: check one's schema, back it up, upgrade it."),
     "gc": Subcommand("rebench.cli.images", "gc_command",
                      "Remove containers and volumes of attempts that are no longer running."),
+    "doctor": Subcommand("rebench.cli.doctor", "doctor_command",
+                         "Say what this machine can run: Python, Docker, GPUs, SSH, Ray, model keys, the database."),
 }
 
 USAGE_EXIT = 2

@@ -165,15 +165,22 @@ def base_kind(env: Environment, profile: str) -> str:
     return "cuda" if env.profile(profile).resources.gpus > 0 else "cpu"
 
 
+def current_base_image(engine: DockerEngine, kind: str) -> str | None:
+    """This checkout's base image of `kind` ("cpu" or "cuda") on the engine, or None when it is not
+    built: the tag of its content hash, else (built from a --base-image of its own) what it tagged
+    `latest`."""
+    base = _base_recipe(engine, kind, None, default_ca_bundle())[0]
+    if engine.image_id(base) is None:
+        base = f"{BASE_CUDA if kind == 'cuda' else BASE_CPU}:latest"
+    return base if engine.image_id(base) is not None else None
+
+
 def current_environment_image(env: Environment, profile: str, engine: DockerEngine) -> str:
     """The tag an attempt should run, without building anything; RebenchError if it is missing.
     It derives from this checkout's base image (its content hash), not from `latest`, which
     may name an older base (one without the scorer's users) built by another checkout."""
-    kind = base_kind(env, profile)
-    base = _base_recipe(engine, kind, None, default_ca_bundle())[0]
-    if engine.image_id(base) is None:  # built from a --base-image of its own: what it tagged latest
-        base = f"{BASE_CUDA if kind == 'cuda' else BASE_CPU}:latest"
-    if engine.image_id(base) is None:
+    base = current_base_image(engine, base_kind(env, profile))
+    if base is None:
         raise RebenchError(
             f"no rebench base image on this engine; run `rebench envs build {env.name} --profile {profile}`"
         )

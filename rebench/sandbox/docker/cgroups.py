@@ -46,6 +46,18 @@ def _mounts() -> list[tuple[str, str, str, set[str]]]:
     return found
 
 
+def host_freezer() -> str | None:
+    """The freezer this host offers the agent's cgroup ("cgroup v1 freezer" or "cgroup v2"), or None:
+    what `AgentCgroup.of_process` will look for when a container starts (`rebench doctor` asks early)."""
+    mounts = _mounts()
+    if any(kind == "cgroup" and "freezer" in options for _, _, kind, options in mounts):
+        return "cgroup v1 freezer"
+    for _, point, kind, _ in mounts:  # v2 freezes from Linux 5.2: every non-root cgroup has cgroup.freeze
+        if kind == "cgroup2" and any(Path(point).glob("*/cgroup.freeze")):
+            return "cgroup v2"
+    return None
+
+
 def _host_folder(mount_root: str, mount_point: str, path: str) -> Path:
     if mount_root != "/" and not (path == mount_root or path.startswith(mount_root.rstrip("/") + "/")):
         raise CgroupError(f"cgroup {path} is not below this host's cgroup mount {mount_point} (root {mount_root})")
