@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ToolSpec(BaseModel):
@@ -21,6 +21,8 @@ class ToolSpec(BaseModel):
 
 
 class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -29,7 +31,12 @@ class ToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """One turn: user text, assistant text plus tool calls, or one tool result."""
+    """One turn: user text, assistant text plus tool calls, or one tool result.
+
+    Frozen: a conversation changes by appending or replacing messages, never by editing one, so
+    the providers can keep each message's wire form between calls (rebench.models.message_memo)."""
+
+    model_config = ConfigDict(frozen=True)
 
     role: Literal["user", "assistant", "tool"]
     content: str = ""

@@ -3,16 +3,25 @@
 Also serves any OpenAI-compatible server (vLLM, a local server, a gateway)
 through `base_url`. The SDK's own retries are off: rebench retries itself so
 that the waits pause the attempt clock.
+
+The request body is JSON built here, each message serialized once for the whole
+attempt (rebench.models.message_memo), and posted with the SDK's raw `post`: its
+`chat.completions.create` would walk the whole conversation through its typed
+request transform on every call, on the event loop. Errors, authentication and the
+typed `ChatCompletion` reply are still the SDK's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from rebench.models.errors import connection_error, status_error
+from rebench.models.message_memo import MessageMemo, json_bytes
 from rebench.models.messages import Completion, Message, ToolCall, ToolSpec
 from rebench.models.names import ModelSpec
 
@@ -20,31 +29,32 @@ NO_KEY_PLACEHOLDER = "no-key"
 """The SDK insists on a key string; a local OpenAI-compatible server ignores it."""
 
 
-def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+def to_openai_message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    # Chat Completions wants null content beside tool calls, a string otherwise.
+    content = message.content or (None if message.tool_calls else "")
+    entry: dict[str, Any] = {"role": "assistant", "content": content}
+    if message.tool_calls:
+        entry["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    return entry
+
+
+def to_openai_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
     wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for message in messages:
-        if message.role == "tool":
-            wire.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
-        elif message.role == "assistant":
-            # Chat Completions wants null content beside tool calls, a string otherwise.
-            content = message.content or (None if message.tool_calls else "")
-            entry: dict[str, Any] = {"role": "assistant", "content": content}
-            if message.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-                    }
-                    for call in message.tool_calls
-                ]
-            wire.append(entry)
-        else:
-            wire.append({"role": "user", "content": message.content})
-    return wire
+    return wire + [to_openai_message(m) for m in messages]
 
 
-def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
@@ -66,6 +76,11 @@ def _parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+def _piece(before: Message | None, message: Message) -> bytes:
+    """The message's bytes in the `messages` array, with the comma before it."""
+    return json_bytes(to_openai_message(message)) if before is None else b"," + json_bytes(to_openai_message(message))
+
+
 class OpenAIChatClient:
     """One model behind the Chat Completions API."""
 
@@ -79,22 +94,38 @@ class OpenAIChatClient:
             max_retries=0,
             timeout=request_timeout_s,
         )
+        self._messages: MessageMemo[bytes] = MessageMemo(_piece)
+        self._fixed: tuple[str, list[ToolSpec], int] | None = None
+        self._head = b""
+        self._system = b""
+
+    def request_body(self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec], *,
+                     max_output_tokens: int) -> bytes:
+        """The request's JSON: only what changed since the last call is serialized, the rest reused."""
+        fixed = (system, list(tools), max_output_tokens)
+        if fixed != self._fixed:
+            head: dict[str, Any] = {"model": self._spec.name}
+            if tools:
+                head["tools"] = to_openai_tools(tools)
+            # Official OpenAI reasoning models accept only max_completion_tokens; most
+            # compatible servers (vLLM and others) still expect max_tokens.
+            limit_field = "max_completion_tokens" if self._spec.provider == "openai" else "max_tokens"
+            head[limit_field] = max_output_tokens
+            self._head = json_bytes(head)[:-1] + b',"messages":['
+            self._system = json_bytes({"role": "system", "content": system}) if system else b""
+            self._fixed = fixed
+        system_part = self._system + b"," if self._system and messages else self._system
+        # One join: the body is the one copy of the conversation made per call.
+        return b"".join([self._head, system_part, *self._messages.values(messages), b"]}"])
 
     async def complete(
         self, system: str, messages: list[Message], tools: list[ToolSpec], *, max_output_tokens: int
     ) -> Completion:
-        request: dict[str, Any] = {
-            "model": self._spec.name,
-            "messages": to_openai_messages(system, messages),
-        }
-        if tools:
-            request["tools"] = to_openai_tools(tools)
-        # Official OpenAI reasoning models accept only max_completion_tokens; most
-        # compatible servers (vLLM and others) still expect max_tokens.
-        limit_field = "max_completion_tokens" if self._spec.provider == "openai" else "max_tokens"
-        request[limit_field] = max_output_tokens
+        body = self.request_body(system, messages, tools, max_output_tokens=max_output_tokens)
         try:
-            response = await self._client.chat.completions.create(**request)
+            response = await self._client.post(
+                "/chat/completions", cast_to=ChatCompletion, content=body, options={"security": {"bearer_auth": True}}
+            )
         except openai.APIStatusError as exc:
             raise status_error(
                 self._spec.provider,
@@ -108,7 +139,7 @@ class OpenAIChatClient:
             raise connection_error(self._spec.provider, exc, self._key) from None
         return self._completion(response)
 
-    def _completion(self, response: Any) -> Completion:
+    def _completion(self, response: ChatCompletion) -> Completion:
         choice = response.choices[0] if response.choices else None
         text = ""
         calls: list[ToolCall] = []

@@ -5,21 +5,25 @@ whole grows quadratically with the attempt. `RequestLog` (one per model caller) 
 request into a `ModelRequest` payload (rebench.store.events) that keeps the previous
 request's messages and adds the new ones; old messages the agent rewrote since (a tool
 output trimmed to a notice) are stored again, one by one. `RequestReader` rebuilds the
-full requests from those payloads in call order, holding only the latest one.
+full requests from those payloads in call order, holding only the latest one. Each message is
+turned into JSON once for the attempt (rebench.models.message_memo), so a call's record costs
+the new messages, not the conversation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import is_
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rebench.models.message_memo import MessageMemo
 from rebench.models.messages import Message, ToolSpec
 from rebench.store.events import ModelRequest, SentMessage, SentTool
 
 
-def _message(message: Message) -> dict[str, Any]:
+def _message(_before: Message | None, message: Message) -> dict[str, Any]:
     return message.model_dump(mode="json", exclude_defaults=True)
 
 
@@ -40,12 +44,13 @@ class RequestLog:
         self._system: str | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._messages: list[dict[str, Any]] = []
+        self._sent: MessageMemo[dict[str, Any]] = MessageMemo(_message)
 
     def record(self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec], *,
                max_output_tokens: int) -> dict[str, Any]:
         """The JSON of this request as a difference from the last one recorded; call it only for
         a call that is recorded (a failed call's request is not the base of the next)."""
-        sent = [_message(m) for m in messages]
+        sent = self._sent.values(messages)
         offered = [t.model_dump(mode="json") for t in tools]
         first = self.calls == 0
         keep = 0 if first else _shared_length(self._messages, sent)
@@ -54,7 +59,9 @@ class RequestLog:
             request["extends"] = self.calls
         if keep:
             request["keep"] = keep
-            replaced = [{"index": i, "message": sent[i]} for i in range(keep) if sent[i] != self._messages[i]]
+            replaced = []
+            if not all(map(is_, sent[:keep], self._messages[:keep])):  # reused JSON is the same object
+                replaced = [{"index": i, "message": sent[i]} for i in range(keep) if sent[i] != self._messages[i]]
             if replaced:
                 request["replaced"] = replaced
         if first or system != self._system:

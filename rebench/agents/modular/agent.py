@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rebench.agents.base import Agent, AgentConfig, AgentContext
 from rebench.agents.llm import check_model, open_model
-from rebench.agents.modular.history import estimate_tokens, trim_oldest
+from rebench.agents.modular.history import ConversationSize, trim_oldest
 from rebench.agents.modular.prompts import CUT_OFF, CUT_OFF_REASONS, NO_TOOL_CALL, system_prompt, time_note
 from rebench.agents.modular.settings import ModularSettings, parse_settings
 from rebench.agents.modular.tools import SUBMIT, ToolRunner, tool_specs
@@ -29,6 +29,8 @@ class ModularAgent:
         self.fill = settings.context_fill
         """The share of the window the conversation may fill; halved after each overflow the
         provider reports and kept for later turns, so they do not fail the same way first."""
+        self.size = ConversationSize()
+        """Each message's size, measured once: the estimate before each call costs the new messages."""
 
     async def run(self, ctx: AgentContext) -> None:
         async with open_model(self.config, self.settings, ctx) as model:
@@ -92,10 +94,9 @@ class ModularAgent:
         tools = tool_specs(settings)
         for _ in range(MAX_OVERFLOW_RECOVERIES + 1):
             budget = int(window * self.fill) - settings.max_output_tokens
-            if estimate_tokens(system, messages, tools, settings.chars_per_token) > budget:
-                removed = trim_oldest(
-                    system, messages, tools, budget_tokens=budget, chars_per_token=settings.chars_per_token
-                )
+            if self.size.tokens(system, messages, tools, settings.chars_per_token) > budget:
+                removed = trim_oldest(system, messages, tools, budget_tokens=budget,
+                                      chars_per_token=settings.chars_per_token, size=self.size)
                 if removed:
                     ctx.log_event("context_trimmed", turn=turn, messages=removed, budget_tokens=budget)
             try:
