@@ -183,3 +183,22 @@ def test_a_ray_head_that_does_not_answer(capsys: pytest.CaptureFixture[str], mon
     assert code == 1 and len(missing) == 1
     assert missing[0].startswith(f"missing: ray (needed by --ray-address {address}): no Ray cluster answers at "
                                  f"--ray-address {address}")
+
+
+def test_names_are_printed_as_literal_text(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database path and a Ray address carrying Rich markup and escape sequences (a foreign database
+    can be named by whoever wrote it) reach the table and the fix lines as the characters they are:
+    no markup is read, no escape sequence reaches the terminal."""
+    hostile = "[red]x[/red][link=http://e]y[/link]\x1b]8;;http://e\x07\x1b[31m"
+    escaped = "[red]x[/red][link=http://e]y[/link]\\x1b]8;;http://e\\x07\\x1b[31m"
+    name = "[bold]db[link=e]\x1b[31m"  # a file name holds no slash
+    database = tmp_path / name
+    database.write_text("not a database")
+    code, out, _ = run_main(["doctor", "--db", str(database), "--ray-address", f"{hostile}:1"], capsys)
+    assert code == 0  # neither is needed by a named backend, environment or agent
+    assert "\x1b" not in out and "\x07" not in out
+    (note,) = [line for line in out.splitlines() if line.startswith("note: database")]
+    assert "[bold]db[link=e]\\x1b[31m is not a rebench database" in note, out
+    flat = "".join(out.replace("│", "").split())  # the table's cells, unwrapped
+    assert "".join(escaped.split()) in flat, out
