@@ -29,14 +29,11 @@ if TYPE_CHECKING:
 def _check_agent(config: AgentConfig, backend: str) -> None:
     """A bad agent name or script, or a model without its key or SDK, fails before any sandbox starts;
     so does an installed agent on a backend it cannot run in."""
-    from rebench.agents.registry import load_agent
-    from rebench.models import check_model_available
+    from rebench.agents.registry import agent_problems
 
-    agent = load_agent(config)
-    check_model_available(config)
-    check = getattr(agent, "check", None)
-    if check is not None:
-        check(backend)
+    problems = agent_problems(config, backend)
+    if problems:
+        raise problems[0]
 
 
 def _engine_disk_warning() -> str | None:

@@ -105,3 +105,23 @@ def _check_arguments(agent: Agent, config: AgentConfig) -> None:
     if unknown:
         allowed = ", ".join(sorted(declared)) or "none"
         raise RebenchError(f"unknown --agent-arg {unknown[0]!r} for {config.name}; allowed: {allowed}")
+
+
+def agent_problems(config: AgentConfig, backend: str) -> list[RebenchError]:
+    """What stops the agent of `config` from running on `backend`, found before any sandbox starts
+    (`rebench run` refuses the first, `rebench doctor` lists them all): a bad name or script; a model
+    without its key, SDK or price; an installed agent on a backend it cannot run in. Empty: none."""
+    from rebench.models import check_model_available
+
+    try:
+        agent = load_agent(config)
+    except RebenchError as exc:
+        return [exc]
+    own = getattr(agent, "check", None)
+    problems = []
+    for check in (lambda: check_model_available(config), lambda: own(backend) if own is not None else None):
+        try:
+            check()
+        except RebenchError as exc:
+            problems.append(exc)
+    return problems

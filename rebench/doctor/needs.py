@@ -71,24 +71,12 @@ def agent(name: str, model: str | None, backend: str) -> list[Check]:
     """What `rebench run` checks of an agent before any sandbox starts: its model (name, SDK, key) and
     its backend (an installed agent runs only on docker)."""
     from rebench.agents.base import AgentConfig
-    from rebench.agents.registry import load_agent
-    from rebench.models import check_model_available
+    from rebench.agents.registry import agent_problems
 
     source = check_agent_name(name)
-    config = AgentConfig(name=name, model=model)
-    try:
-        loaded = load_agent(config)
-    except RebenchError as exc:
-        return [_agent_missing(name, backend, str(exc))]
-    rows = []
-    own_check = getattr(loaded, "check", None)
-    for check in (lambda: check_model_available(config), lambda: own_check(backend) if own_check else None):
-        try:
-            check()
-        except RebenchError as exc:
-            rows.append(_agent_missing(name, backend, str(exc)))
-    if rows:
-        return rows
+    problems = agent_problems(AgentConfig(name=name, model=model), backend)
+    if problems:
+        return [_agent_missing(name, backend, str(exc)) for exc in problems]
     found = f"{source}" + (f"; model {model}" if model else "") + f"; runs on {backend}"
     return [Check(area="agent", name=name, status=Status.OK, found=found)]
 
