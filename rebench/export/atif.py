@@ -31,7 +31,7 @@ from rebench.export import Anchors, aware, make_out_folder
 from rebench.export.atif_gateway import GatewayTurns
 from rebench.export.atif_steps import AtifSteps, Step, StepQueue
 from rebench.export.body_files import BodyFiles
-from rebench.export.inspect_log import select_attempts
+from rebench.export.inspect_log import attempt_rows, select_attempts
 from rebench.provenance import rebench_version
 from rebench.report.data import Normalizer, agent_label
 from rebench.report.known_environments import EnvironmentInfo, default_info
@@ -159,11 +159,7 @@ def _stream(store: Store, attempt: Attempt, normalizer: Normalizer, stream: IO[s
     queue = StepQueue(_Writer(stream))
     gateway = GatewayTurns(BodyFiles(store.snapshots_dir, attempt.id, attempt.snapshot_path))
     with store.session() as session:
-        agent_tools = session.scalar(select(Event.id).where(Event.attempt_id == attempt.id,
-                                                            Event.kind == "tool_result").limit(1)) is not None
-        score_rows = list(session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id)
-                                          .order_by(ScoreEvent.id)))
-        pauses = list(session.scalars(select(Pause).where(Pause.attempt_id == attempt.id).order_by(Pause.id)))
+        agent_tools, score_rows, pauses = attempt_rows(session, attempt.id)
         steps = AtifSteps(attempt, anchors, heldout, queue, agent_tools=agent_tools, gateway=gateway)
         if attempt.source != "own":
             queue.add({"timestamp": aware(attempt.created_at).isoformat(), "source": "system",

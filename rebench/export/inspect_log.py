@@ -33,6 +33,8 @@ from rebench.report.log_names import log_name
 from rebench.store import Attempt, Campaign, Event, Pause, ScoreEvent, Store
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from rebench.export.inspect_events import Transcript
 
 SCORERS = ("final", "rebench_rule")
@@ -99,17 +101,24 @@ def _anchors(normalizer: Normalizer, attempt: Attempt) -> Anchors | None:
     return None if spec is None else Anchors(spec[1].start, spec[1].reference)
 
 
+def attempt_rows(session: Session, attempt_id: int) -> tuple[bool, list[ScoreEvent], list[Pause]]:
+    """What an export reads of an attempt beside its events: whether its agent's own tools ran through
+    the harness (a `tool_result` event), its score rows and its pauses, in order."""
+    agent_tools = session.scalar(select(Event.id).where(Event.attempt_id == attempt_id,
+                                                        Event.kind == "tool_result").limit(1)) is not None
+    scores = list(session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt_id)
+                                  .order_by(ScoreEvent.id)))
+    pauses = list(session.scalars(select(Pause).where(Pause.attempt_id == attempt_id).order_by(Pause.id)))
+    return agent_tools, scores, pauses
+
+
 def _transcript(store: Store, attempt: Attempt, anchors: Anchors | None) -> Transcript:
     from rebench.export.gateway_calls import BodyFiles
     from rebench.export.inspect_events import TranscriptBuilder
 
     body_files = BodyFiles(store.snapshots_dir, attempt.id, attempt.snapshot_path)
     with store.session() as session:
-        agent_tools = session.scalar(select(Event.id).where(Event.attempt_id == attempt.id,
-                                                            Event.kind == "tool_result").limit(1)) is not None
-        scores = list(session.scalars(select(ScoreEvent).where(ScoreEvent.attempt_id == attempt.id)
-                                      .order_by(ScoreEvent.id)))
-        pauses = list(session.scalars(select(Pause).where(Pause.attempt_id == attempt.id).order_by(Pause.id)))
+        agent_tools, scores, pauses = attempt_rows(session, attempt.id)
         rows = session.scalars(select(Event).where(Event.attempt_id == attempt.id).order_by(Event.seq)
                                .execution_options(yield_per=500))
         return TranscriptBuilder(attempt, anchors, agent_tools=agent_tools,
