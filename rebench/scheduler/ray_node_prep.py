@@ -51,7 +51,8 @@ from rebench.store.measurements import Calibration
 CALIBRATIONS = "ray-calibrations"
 """Folder of a node's cache holding the calibrations its attempts made, per campaign run."""
 
-_VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+"""An environment variable's name (`--agent-arg api_key_env=NAME` may be any)."""
 
 
 def key_variables(config: AgentConfig, gateway: Gateway | None) -> set[str]:
@@ -176,20 +177,29 @@ def _keep(path: Path, calibration: NodeCalibration) -> None:
     os.replace(partial, path)
 
 
-def calibrate_node(store: Store, env: Environment, profile: str, backend: str, run: str, hardware: str
-                   ) -> NodeCalibration | None:
-    """This node's calibration of `env`'s timing profile for campaign run `run`, measured here unless
-    already kept, and added to the scratch `store`; None when the profile's scores are no timings or
-    `store` (the head's calibrations of this hardware) already has one."""
-    from rebench.calibration import calibration_repeats, measure_anchors, resolve_anchors, save_calibration
+def needs_calibration(store: Store, env: Environment, profile: str, hardware: str) -> bool:
+    """The profile's scores are timings and `store` (the head's calibrations of this hardware) has none."""
+    from rebench.calibration import resolve_anchors
 
-    if not env.profile(profile).hardware_dependent or resolve_anchors(store, env, profile, hardware).kind != "declared":
-        return None
+    return env.profile(profile).hardware_dependent and resolve_anchors(store, env, profile, hardware).kind == "declared"
+
+
+def kept_path(run: str, env: Environment, profile: str, hardware: str) -> Path:
+    """Where this node keeps its calibration of `env`'s profile for campaign run `run` (folder made)."""
     folder = cache_dir() / CALIBRATIONS
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     name = hashlib.sha256(f"{run}\0{env.name}\0{env.version}\0{profile}\0{hardware}".encode()).hexdigest()[:32]
-    path = folder / f"{name}.json"
-    with FileLock(str(folder / f"{name}.lock")):
+    return folder / f"{name}.json"
+
+
+def calibrate_node(store: Store, env: Environment, profile: str, backend: str, run: str, hardware: str
+                   ) -> NodeCalibration:
+    """This node's calibration of `env`'s timing profile for campaign run `run` (where
+    `needs_calibration`), measured here unless already kept, and added to the scratch `store`."""
+    from rebench.calibration import calibration_repeats, measure_anchors, save_calibration
+
+    path = kept_path(run, env, profile, hardware)
+    with FileLock(str(path.with_suffix(".lock"))):
         kept = _cached(path)
         if kept is None:
             samples = asyncio.run(measure_anchors(env, profile, backend=backend,

@@ -33,7 +33,14 @@ from rebench.errors import RebenchError
 from rebench.runner import AttemptRunner
 from rebench.scheduler.node_reap import reap_once_on_node
 from rebench.scheduler.ray_artefacts import Outbox
-from rebench.scheduler.ray_node_prep import NodeCalibration, PriceTables, calibrate_node, use_keys, use_price_tables
+from rebench.scheduler.ray_node_prep import (
+    NodeCalibration,
+    PriceTables,
+    calibrate_node,
+    needs_calibration,
+    use_keys,
+    use_price_tables,
+)
 from rebench.store.db import Store
 from rebench.store.events import validate_event
 from rebench.store.measurements import Calibration
@@ -129,10 +136,9 @@ def run_on_worker(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     env = Environment(root=Path(payload["env_root"]), metadata=EnvironmentMetadata.model_validate(payload["env"]))
     attempt_id = payload["attempt"]["id"]
     calibrated = None
-    if payload.get("calibrate"):
-        profile = payload["attempt"]["profile"]
-        if env.profile(profile).hardware_dependent:
-            yield {"progress": f"calibrating {env.name} on Ray node {ray.get_runtime_context().get_node_id()[:12]}"}
+    profile = payload["attempt"]["profile"]
+    if payload.get("calibrate") and needs_calibration(store, env, profile, hardware.key):
+        yield {"progress": f"calibrating {env.name} on Ray node {ray.get_runtime_context().get_node_id()[:12]}"}
         try:
             calibrated = calibrate_node(store, env, profile, payload["backend"], payload["run"], hardware.key)
         except Exception as exc:  # the node cannot score the environment's own solutions
